@@ -1,0 +1,274 @@
+"""The `bisect` command line. Options shared by several commands are defined once."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from harness import __version__
+from harness.errors import EnvironmentSkip, UsageError
+
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+err = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ortbisect"
+
+
+# -- option groups (composable decorators, one definition each) ---------------------------
+
+def _compose(*decorators):
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+    return apply
+
+
+model_options = _compose(
+    click.option("--model", "model", required=True, help="Registered model name (see `bisect models`) or path to an .onnx file."),
+    click.option("--inputs", type=click.Path(path_type=Path), help="Batch as .npz (one array per model input). Default: the model's repro batch."),
+    click.option("--output", "outputs", multiple=True, help="Output to check (repeatable). Default: the model's registered outputs, else all."),
+)
+range_options = _compose(
+    click.option("--from", "from_", required=True, metavar="VERSION", help="First release of the range."),
+    click.option("--to", "to", required=True, metavar="VERSION", help="Last release of the range."),
+)
+target_options = _compose(
+    click.option("--arch", default=platform.machine(), show_default=True, help="CPU architecture of the probes."),
+    click.option("--backend", default="uv", show_default=True, help="Where probes run: uv (native)."),
+    click.option("--cpu", default=None, help="CPU model to emulate (emulating backends)."),
+    click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
+                 help="Python version of the probe environments."),
+)
+store_options = _compose(
+    click.option("--cache-dir", type=click.Path(path_type=Path), default=default_cache_dir, show_default="XDG cache",
+                 help="Environments, release listing, generated models."),
+    click.option("--offline", is_flag=True, help="Use the cached release listing only."),
+)
+probe_options = _compose(
+    click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True),
+    click.option("--resume", "resume", default=None, metavar="RUN", help="Run id to continue (the same command continues by itself)."),
+    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
+    click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
+                 help="nan-or-inf | nan | zero-rows | max-abs>B | rel-diff>B (with --reference)."),
+    click.option("--reference", type=click.Path(path_type=Path), help=".npz of reference outputs for rel-diff."),
+    click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once."),
+    click.option("--graph-opt", type=click.Choice(["disable", "basic", "extended", "layout", "all"]), default=None,
+                 help="Session graph optimization level (default: onnxruntime's)."),
+    click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads (default: onnxruntime's)."),
+    click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ortbisect")
+def cli():
+    """Find the onnxruntime release where a model's outputs went wrong."""
+
+
+@cli.command()
+@model_options
+@range_options
+@target_options
+@store_options
+@probe_options
+@click.option("--mode", type=click.Choice(["regression", "fix"]), default="regression", show_default=True,
+              help="regression: first bad after good; fix: first good after bad.")
+def run(**opts):
+    """Bisect the release range: last good and first bad release, in few probes."""
+    return _search(opts, sweep=False)
+
+
+@cli.command()
+@model_options
+@range_options
+@target_options
+@store_options
+@probe_options
+def sweep(**opts):
+    """Probe every release of the range and list each transition."""
+    return _search({**opts, "mode": "regression"}, sweep=True)
+
+
+@cli.command()
+@range_options
+@click.option("--arch", default=platform.machine(), show_default=True)
+@click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True)
+@store_options
+@click.option("--json", "as_json", is_flag=True)
+def versions(from_, to, arch, python, cache_dir, offline, as_json):
+    """The releases in a range, and whether each has a wheel for the target."""
+    from harness.runners.uv import uv_bin
+    from harness.versions import ReleaseIndex, Target, select_range
+
+    target = Target(arch, python)
+    rels = select_range(ReleaseIndex(cache_dir, uv_bin(), offline).releases(), from_, to)
+    rows = [{"version": r.version, "wheel": r.wheel_for(target)} for r in rels]
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return
+    for row in rows:
+        out.print(f"{row['version']:<10} {row['wheel'] or '[yellow]no wheel for ' + arch + ' / Python ' + python + ' (skip)[/]'}")
+    out.print(f"{len(rows)} releases, {sum(1 for r in rows if r['wheel'])} installable for {arch} / Python {python}")
+
+
+@dataclass
+class Plan:
+    """Everything a search needs, resolved from the command line."""
+
+    runner: object
+    releases: list
+    store: object
+    job: object
+    predicate: object
+    reference: object
+
+
+def _plan(opts: dict) -> Plan:
+    from harness import inputs as inputs_mod
+    from harness import models
+    from harness.probe import ProbeJob
+    from harness.results import RunStore, run_id_for
+    from harness.runners import make_runner
+    from harness.runners.uv import uv_bin
+    from harness.verdicts import parse_predicate
+    from harness.versions import ReleaseIndex, Target, select_range
+
+    predicate = parse_predicate(opts["bad_if"])
+    reference = None
+    if predicate.needs_reference:
+        if not opts.get("reference"):
+            raise UsageError(f"--bad-if {predicate}: give the reference outputs with --reference FILE.npz")
+        reference = inputs_mod.load_npz(opts["reference"])
+    elif opts.get("reference"):
+        raise UsageError("--reference is used only with --bad-if rel-diff>B")
+    cache_dir: Path = opts["cache_dir"]
+    target = Target(opts["arch"], opts["python"])
+    runner = make_runner(opts["backend"], target, cache_dir, opts["cpu"])
+    releases = select_range(ReleaseIndex(cache_dir, uv_bin(), opts["offline"]).releases(), opts["from_"], opts["to"])
+
+    model = models.resolve(opts["model"], cache_dir)
+    batch = opts["inputs"] or inputs_mod.default_batch(model, cache_dir)
+    arrays = inputs_mod.load_npz(batch)
+    inputs_mod.check_inputs(model.path, arrays)
+    outputs = tuple(opts["outputs"]) or model.spec.outputs
+    session_options = {}
+    if opts["graph_opt"]:
+        session_options["graph_optimization_level"] = opts["graph_opt"]
+    if opts["threads"] is not None:
+        session_options["intra_op_num_threads"] = opts["threads"]
+    key = {
+        "model": model.digest,
+        "batch": inputs_mod.arrays_digest(arrays),
+        "outputs": list(outputs),
+        "session_options": session_options,
+        **runner.provenance(),
+    }
+    run_id = opts["resume"] or run_id_for(model.name, key)
+    info = {"model": {"name": model.name, "source": model.spec.source, "path": str(model.path), "digest": model.digest,
+                      "data_files": [str(p) for p in model.data_files]},
+            "batch": {"path": str(batch), "digest": key["batch"]}}
+    store = RunStore.open(opts["results_dir"], run_id, key, info, sys.argv)
+    job = ProbeJob(model.path, Path(batch).resolve(), outputs, session_options, opts["timeout"])
+    return Plan(runner, releases, store, job, predicate, reference)
+
+
+class Progress:
+    """One line per probe on stderr, with a spinner for the probes in flight."""
+
+    def __init__(self, console: Console, total: int):
+        from rich.progress import Progress as RichProgress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.count = 0
+        self.total = total
+        self.bar = RichProgress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                                console=console, transient=True)
+        self.tasks = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def probe_started(self, version: str) -> None:
+        self.tasks[version] = self.bar.add_task(f"probing onnxruntime {version}", total=None)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        from harness.report import VERDICT_STYLE
+
+        self.count += 1
+        task = self.tasks.pop(record["version"], None)
+        if task is not None:
+            self.bar.remove_task(task)
+        style = VERDICT_STYLE.get(record["verdict"], "")
+        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
+        self.bar.console.print(
+            f"probe {self.count:>2}: onnxruntime {record['version']:<8} [{style}]{record['verdict']:<7}[/] "
+            f"{escape(record.get('why') or '')} ({how})"
+        )
+
+
+def _search(opts: dict, sweep: bool) -> int:
+    from harness.driver import Driver
+    from harness.report import exit_status, summary, table
+
+    plan = _plan(opts)
+    console = err if not opts["as_json"] else Console(stderr=True, quiet=False, highlight=False)
+    with Progress(console, len(plan.releases)) as progress:
+        driver = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
+                        observer=progress, jobs=opts["jobs"])
+        try:
+            outcome = driver.run(mode=opts["mode"], sweep=sweep)
+        except KeyboardInterrupt:
+            done = len(plan.store.records())
+            err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
+                      f"run the same command again (or --resume {plan.store.run_id}) to continue")
+            return EXIT_INTERRUPTED
+        except OSError as exc:
+            raise UsageError(f"cannot record results in {plan.store.dir}: {exc.strerror or exc}") from None
+    doc = summary(outcome, opts["mode"], plan.store.run_id, sweep=sweep)
+    if opts["as_json"]:
+        out.print_json(json.dumps(doc))
+    else:
+        out.print(table(doc))
+        out.print(doc["message"])
+        out.print(f"[dim]results: {plan.store.dir}[/]")
+    return exit_status(doc)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        rc = cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        err.print("interrupted")
+        return EXIT_INTERRUPTED
+    except click.ClickException as exc:
+        err.print(f"error: {escape(exc.format_message())}")
+        return EXIT_USAGE
+    except (UsageError, EnvironmentSkip) as exc:
+        err.print(f"error: {escape(str(exc))}")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        return EXIT_INTERRUPTED
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,9 @@
+"""Errors the command line turns into one clear line and an exit status."""
+
+
+class UsageError(Exception):
+    """Bad input from the user: exit status 2, one line on stderr, no traceback."""
+
+
+class EnvironmentSkip(Exception):
+    """A release that cannot be probed here (no wheel, install failed): verdict *skip*."""

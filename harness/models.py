@@ -1,0 +1,178 @@
+"""Which model a probe runs: a registered name (hub or generated) or a local file.
+
+The registry is data: one TOML file per model in `harness/registry/`, so
+adding a model needs no code. Hub models are always fetched at a pinned
+commit with huggingface_hub; nothing is ever taken from a moving branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+from harness.errors import UsageError
+
+REGISTRY = Path(__file__).resolve().parent / "registry"
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: str  # hub | generated | local
+    description: str = ""
+    outputs: tuple[str, ...] = ()
+    batch: str | None = None  # name of a batch in registry/batches
+    repo: str | None = None
+    revision: str | None = None
+    model_file: str | None = None
+    extra_files: tuple[str, ...] = ()
+    tokenizer_file: str | None = None
+    generator: str | None = None  # variant name for source = "generated"
+
+
+@dataclass
+class ResolvedModel:
+    spec: ModelSpec
+    path: Path
+    data_files: list[Path] = field(default_factory=list)
+    tokenizer: Path | None = None
+    digest: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def registered() -> dict[str, ModelSpec]:
+    specs = {}
+    for f in sorted(REGISTRY.glob("*.toml")):
+        doc = tomllib.loads(f.read_text())
+        for key in ("outputs", "extra_files"):
+            doc[key] = tuple(doc.get(key, ()))
+        specs[f.stem] = ModelSpec(name=f.stem, **doc)
+    return specs
+
+
+def batch_spec(name: str) -> dict:
+    path = REGISTRY / "batches" / f"{name}.toml"
+    if not path.exists():
+        raise UsageError(f"unknown batch {name!r}")
+    return tomllib.loads(path.read_text())
+
+
+def is_path(text: str) -> bool:
+    return text.endswith(".onnx") or os.sep in text or Path(text).exists()
+
+
+def resolve(model: str, cache_dir: Path) -> ResolvedModel:
+    """A registered name or a path to an .onnx file, checked and digested."""
+    if is_path(model):
+        spec = ModelSpec(name=Path(model).stem, source="local")
+        return check_local(Path(model), spec, cache_dir)
+    specs = registered()
+    if model not in specs:
+        raise UsageError(f"--model {model}: unknown model (registered: {', '.join(specs)}; or give a path to an .onnx file)")
+    spec = specs[model]
+    if spec.source == "hub":
+        files = fetch_hub(spec)
+        resolved = check_local(files[spec.model_file], spec, cache_dir)
+        resolved.tokenizer = files.get(spec.tokenizer_file) if spec.tokenizer_file else None
+        return resolved
+    if spec.source == "generated":
+        from harness import embedded
+
+        made = embedded.materialize(spec.generator, cache_dir / "models" / spec.name)
+        resolved = check_local(Path(made["model"]), spec, cache_dir)
+        resolved.tokenizer = Path(made["tokenizer"])
+        return resolved
+    raise UsageError(f"model {spec.name}: unknown source {spec.source!r}")
+
+
+def fetch_hub(spec: ModelSpec) -> dict[str, Path]:
+    """Download (or find in the huggingface_hub cache) every file of a hub model at its pinned commit."""
+    if not spec.revision or not COMMIT.fullmatch(spec.revision):
+        raise UsageError(f"model {spec.name}: revision {spec.revision!r} is not a pinned 40-hex commit; refusing to fetch")
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    names = [spec.model_file, *spec.extra_files] + ([spec.tokenizer_file] if spec.tokenizer_file else [])
+    files = {}
+    for name in names:
+        try:
+            path = Path(hf_hub_download(spec.repo, name, revision=spec.revision, local_files_only=offline))
+        except LocalEntryNotFoundError:
+            raise UsageError(
+                f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache "
+                "and the hub cannot be reached (HF_HUB_OFFLINE or no network)"
+            ) from None
+        except (HfHubHTTPError, OSError) as exc:
+            raise UsageError(f"model {spec.name}: cannot fetch {name}: {exc}".splitlines()[0]) from None
+        if f"/snapshots/{spec.revision}/" not in path.as_posix():
+            raise UsageError(f"model {spec.name}: {name} resolved outside revision {spec.revision[:12]}: {path}")
+        files[name] = path
+    return files
+
+
+def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
+    if not path.is_file():
+        raise UsageError(f"--model {path}: no such file")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises its own DecodeError, onnx others
+        raise UsageError(f"--model {path}: not a readable ONNX model ({type(exc).__name__})") from None
+    if not proto.graph.node:
+        raise UsageError(f"--model {path}: the graph has no nodes")
+    data_files = sorted({path.parent / ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
+    for f in data_files:
+        if not f.is_file():
+            raise UsageError(f"--model {path}: external data file {f.name} is missing (expected next to the model)")
+    return ResolvedModel(spec=spec, path=path, data_files=data_files, digest=files_digest([path, *data_files], cache_dir))
+
+
+def _initializers(proto: onnx.ModelProto):
+    yield from proto.graph.initializer
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+
+
+def files_digest(paths: list[Path], cache_dir: Path) -> str:
+    """sha256 over the files' bytes, memoised by (path, size, mtime): a 1 GB model is hashed once."""
+    memo_path = cache_dir / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    h = hashlib.sha256()
+    changed = False
+    for p in paths:
+        st = p.stat()
+        key = f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        if key not in memo:
+            fh = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    fh.update(chunk)
+            memo[key] = fh.hexdigest()
+            changed = True
+        h.update(memo[key].encode())
+    if changed:
+        try:
+            memo_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(memo))
+            os.replace(tmp, memo_path)
+        except OSError:
+            pass
+    return h.hexdigest()

@@ -1,0 +1,92 @@
+"""One probe: install (or reuse) a release, run the worker on the batch, say how it ended."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.errors import EnvironmentSkip
+from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.versions import Release
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """What every probe of a run feeds the worker."""
+
+    model: Path
+    inputs: Path
+    outputs: tuple[str, ...] = ()
+    session_options: dict = field(default_factory=dict)
+    timeout: float = 600.0
+
+
+def signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def outcome_status(out: ProcessOutcome) -> tuple[str, str]:
+    """(status, reason) of a finished worker process: ran / error / crash / timeout."""
+    if out.timed_out:
+        return "timeout", f"no result after {out.seconds:.0f} s"
+    res = out.result
+    if res is not None and res.get("error"):
+        return "error", f"{res['error']} (at {res.get('stage', '?')})".splitlines()[0]
+    if out.signal is not None:
+        return "crash", f"worker killed by {signal_name(out.signal)}"
+    if res is None or res.get("stage") != "done":
+        last = out.stderr_tail.strip().splitlines()[-1:] or [""]
+        return "crash", f"worker exited with status {out.returncode} and no result {last[0][:200]}".strip()
+    return "ran", "ran"
+
+
+def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, outputs_path: Path | None) -> dict:
+    """Probe one release; always returns a record, whatever happened."""
+    t0 = time.perf_counter()
+    record = {"version": release.version, "provenance": runner.provenance()}
+    try:
+        env = runner.prepare(release)
+    except EnvironmentSkip as exc:
+        return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0}
+    request = {
+        "model": str(job.model),
+        "inputs": str(job.inputs),
+        "outputs": list(job.outputs),
+        "session_options": job.session_options,
+        "outputs_path": str(outputs_path) if outputs_path else None,
+    }
+    out = runner.run(env, request, workdir, job.timeout)
+    status, reason = outcome_status(out)
+    if status == "error" and (out.result or {}).get("stage") == "import":
+        # onnxruntime or numpy will not import: the environment is damaged, not the release.
+        runner.discard(env)
+        env = _retry_prepare(runner, release)
+        if env is not None:
+            out = runner.run(env, request, workdir, job.timeout)
+            status, reason = outcome_status(out)
+            reason = f"{reason} (environment rebuilt)" if status != "ran" else "ran (environment rebuilt)"
+    record.update(
+        status=status,
+        reason=reason,
+        result=out.result,
+        seconds=out.seconds,
+        env_seconds=env.seconds if env else None,
+        env_created=env.created if env else None,
+        stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
+        finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
+    shutil.rmtree(workdir, ignore_errors=True)
+    return record
+
+
+def _retry_prepare(runner: Runner, release: Release) -> Environment | None:
+    try:
+        return runner.prepare(release)
+    except EnvironmentSkip:
+        return None

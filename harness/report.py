@@ -1,0 +1,112 @@
+"""What a run found, as a JSON document, a sentence and a table. No I/O but the final print."""
+
+from __future__ import annotations
+
+from harness.driver import RunOutcome
+from harness.search import MODES, transitions
+
+EXIT_FOUND = 0
+EXIT_NO_BOUNDARY = 3
+
+
+def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) -> dict:
+    """The run as one JSON-able document (the `--json` output)."""
+    step = outcome.step
+    rel = outcome.releases
+    old, new = MODES[mode]
+    probes = []
+    for r in rel:
+        rec = outcome.records.get(r.version)
+        if rec is None:
+            continue
+        probes.append({
+            "version": r.version,
+            "verdict": rec["verdict"],
+            "why": rec.get("why"),
+            "nan_rows": rec.get("nan_rows"),
+            "inf_rows": rec.get("inf_rows"),
+            "rows": rec.get("rows"),
+            "seconds": round(rec.get("seconds") or 0.0, 3),
+            "reused": r.version not in outcome.probed_now,
+        })
+    doc = {
+        "run_id": run_id,
+        "mode": "sweep" if sweep else mode,
+        "status": step.status,
+        "monotone": step.monotone,
+        "releases": [r.version for r in rel],
+        "probes": probes,
+        "probe_count": len(probes),
+        "release_count": len(rel),
+        "provenance": next(iter(outcome.records.values()), {}).get("provenance", {}),
+    }
+    lo = rel[step.lo].version if step.status == "found" else None
+    hi = rel[step.hi].version if step.status == "found" else None
+    doc[f"last_{old}"], doc[f"first_{new}"] = lo, hi
+    doc["untestable"] = [rel[i].version for i in step.untestable]
+    if sweep:
+        known = [outcome.verdict(i) for i in range(len(rel))]
+        doc["transitions"] = [
+            {"from": rel[a].version, "to": rel[b].version, "verdicts": [known[a], known[b]]}
+            for a, b in transitions(known)
+        ]
+    doc["message"] = sentence(doc, outcome, mode)
+    return doc
+
+
+def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
+    old, new = MODES[mode]
+    rel = outcome.releases
+    step = outcome.step
+    counted = f"{doc['probe_count']} probes out of {doc['release_count']} releases"
+    if step.status == "found":
+        text = f"Last {old}: {doc[f'last_{old}']}, first {new}: {doc[f'first_{new}']} ({counted})."
+        if doc["untestable"]:
+            text += f" Untestable in between: {', '.join(doc['untestable'])}; the change is in one of them or at {doc[f'first_{new}']}."
+    elif step.status == "endpoints_agree":
+        if len(rel) == 1:
+            text = f"Only one release in the range ({rel[0].version}): nothing to bisect."
+        else:
+            v = outcome.verdict(step.lo) if step.lo is not None else "the same"
+            text = f"Both ends are {v} ({rel[step.lo].version} and {rel[step.hi].version}): no change to find in this range ({counted})."
+    elif step.status == "wrong_direction":
+        other = "fix" if mode == "regression" else "regression"
+        text = (f"{rel[step.lo].version} is {outcome.verdict(step.lo)} and {rel[step.hi].version} is "
+                f"{outcome.verdict(step.hi)}: that is a {other}; run again with --mode {other} ({counted}).")
+    else:
+        text = f"No release in the range could be judged good or bad ({counted}); see the reasons in the table."
+    if not doc["monotone"]:
+        text += " The verdicts change more than once: the regression is not monotone"
+        text += "." if doc["mode"] == "sweep" else "; run `bisect sweep` to see every transition."
+    if doc["mode"] == "sweep" and doc.get("transitions"):
+        text += " Transitions: " + "; ".join(f"{t['from']} ({t['verdicts'][0]}) -> {t['to']} ({t['verdicts'][1]})"
+                                             for t in doc["transitions"]) + "."
+    return text
+
+
+def exit_status(doc: dict) -> int:
+    if doc["mode"] == "sweep":
+        return EXIT_FOUND if doc.get("transitions") else EXIT_NO_BOUNDARY
+    return EXIT_FOUND if doc["status"] == "found" else EXIT_NO_BOUNDARY
+
+
+VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
+                 "crash": "bold magenta", "timeout": "magenta"}
+
+
+def table(doc: dict):
+    from rich.table import Table
+
+    prov = doc.get("provenance") or {}
+    title = f"onnxruntime probes · {prov.get('arch', '?')} · {prov.get('backend', '?')}"
+    if prov.get("cpu"):
+        title += f" · cpu {prov['cpu']}"
+    t = Table(title=title, title_justify="left")
+    for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
+                      ("rows", "right"), ("seconds", "right"), ("why", "left")):
+        t.add_column(col, justify=just)
+    for p in doc["probes"]:
+        style = VERDICT_STYLE.get(p["verdict"], "")
+        t.add_row(p["version"], f"[{style}]{p['verdict']}[/]", str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
+                  str(p["rows"] or 0), f"{p['seconds']:.2f}" + (" (saved)" if p["reused"] else ""), p.get("why") or "")
+    return t

@@ -1,0 +1,140 @@
+"""The results store: one directory per run, every probe written the moment it ends.
+
+    results/<run-id>/manifest.json   what was run: command, digests, platform
+    results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
+    results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
+
+The run id is derived from what decides a probe's outcome (model and batch
+digests, target, backend, session options), so running the same command
+again, or another range over the same model, reuses every finished probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import __version__
+from harness.errors import UsageError
+
+MANIFEST = "manifest.json"
+PROBES = "probes.jsonl"
+
+
+def run_id_for(name: str, key: dict) -> str:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+    return f"{safe}-{key.get('arch', 'any')}-{digest}"
+
+
+def write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+@dataclass
+class RunStore:
+    dir: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    @classmethod
+    def open(cls, root: Path, run_id: str, key: dict, info: dict, command: list[str]) -> "RunStore":
+        """Create the run directory, or reopen it if `key` matches what it was made for."""
+        store = cls(root / run_id)
+        try:
+            store.dir.mkdir(parents=True, exist_ok=True)
+            (store.dir / "outputs").mkdir(exist_ok=True)
+            manifest = store.manifest()
+            if manifest and manifest["key"] != key:
+                raise UsageError(f"results {store.dir} were made for another model, batch or target; use another --results-dir")
+            manifest = manifest or {
+                "run_id": run_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "harness_version": __version__,
+                "key": key,
+                "host": {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0]},
+                "commands": [],
+            }
+            manifest.update(info)
+            manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
+        except OSError as exc:
+            raise UsageError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
+        return store
+
+    def manifest(self) -> dict | None:
+        try:
+            return json.loads((self.dir / MANIFEST).read_text())
+        except (OSError, ValueError):
+            return None
+
+    def append(self, record: dict) -> None:
+        """Append one probe as a single write, flushed to disk before returning."""
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        fd = os.open(self.dir / PROBES, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            written = os.write(fd, line)
+            if written != len(line):
+                raise OSError(28, "short write")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def records(self) -> list[dict]:
+        """Every complete probe line; a line torn by a crash mid-write is ignored."""
+        try:
+            raw = (self.dir / PROBES).read_text()
+        except OSError:
+            return []
+        out = []
+        for line in raw.splitlines():
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+    def outputs_path(self, version: str) -> Path:
+        return self.dir / "outputs" / f"{version}.npz"
+
+
+def probes_frame(run_dirs: list[Path]):
+    """All probes of some runs as one pandas DataFrame (one row per probe)."""
+    import pandas as pd
+
+    rows = []
+    for d in run_dirs:
+        for r in RunStore(d).records():
+            res = r.get("result") or {}
+            rows.append({
+                "run_id": d.name,
+                "version": r["version"],
+                "verdict": r.get("verdict"),
+                "status": r["status"],
+                "reason": r.get("reason"),
+                "nan_rows": r.get("nan_rows"),
+                "inf_rows": r.get("inf_rows"),
+                "rows": r.get("rows"),
+                "seconds": r.get("seconds"),
+                "run_s": res.get("run_s"),
+                "session_s": res.get("session_s"),
+                "peak_rss_mb": res.get("peak_rss_mb"),
+                "arch": r.get("provenance", {}).get("arch"),
+                "backend": r.get("provenance", {}).get("backend"),
+                "cpu": r.get("provenance", {}).get("cpu"),
+                "finished": r.get("finished"),
+            })
+    return pd.DataFrame(rows)

@@ -1,0 +1,146 @@
+"""The runner interface: one small contract for every backend (uv, qemu, docker).
+
+A runner makes (or reuses) the environment of one release for its target and
+runs the probe worker in it. Everything above this layer (search, results,
+report) sees only `Runner` and `ProcessOutcome`, never a backend's name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness.versions import Release, Target
+
+WORKER = Path(__file__).resolve().parent.parent / "worker.py"
+STDERR_TAIL = 2000
+
+_live: set[subprocess.Popen] = set()
+_live_lock = threading.Lock()
+
+
+def kill_live_workers() -> None:
+    """End every worker still running (on Ctrl-C), so no probe outlives the harness."""
+    with _live_lock:
+        procs = list(_live)
+    for proc in procs:
+        _kill_group(proc)
+
+
+@dataclass
+class Environment:
+    """A release installed for one target: what the worker runs with."""
+
+    version: str
+    path: Path
+    created: bool  # made by this call (cold) rather than reused (warm)
+    seconds: float  # time spent creating or finding it
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class ProcessOutcome:
+    """How one worker process ended, and the result it wrote if any."""
+
+    returncode: int | None
+    signal: int | None
+    timed_out: bool
+    seconds: float
+    stderr_tail: str
+    result: dict | None
+
+
+class Runner(ABC):
+    """Create/reuse release environments for one target and run the worker in them."""
+
+    #: provenance recorded with each probe (backend, arch, cpu, emulator/image...)
+    def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
+        self.target = target
+        self.cache_dir = cache_dir
+        self.cpu = cpu
+
+    @property
+    @abstractmethod
+    def backend(self) -> str: ...
+
+    def provenance(self) -> dict:
+        return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu}
+
+    @abstractmethod
+    def prepare(self, release: Release) -> Environment:
+        """Install `release` (or reuse it); raise EnvironmentSkip when it cannot be."""
+
+    @abstractmethod
+    def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
+        """Run the worker on `request` (host paths) with its files under `workdir`."""
+
+    def discard(self, env: Environment) -> None:
+        """Forget a broken environment so the next prepare() rebuilds it."""
+
+
+def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: float,
+                       env: dict | None = None, preexec=None) -> ProcessOutcome:
+    """Run a worker command as its own process group; kill the group on timeout.
+
+    The request and result travel as files in `workdir`; the result is read
+    only if the worker finished writing it (it renames it into place).
+    """
+    workdir.mkdir(parents=True, exist_ok=True)
+    request_path = workdir / "request.json"
+    request = {**request, "result_path": str(workdir / "result.json")}
+    request_path.write_text(json.dumps(request))
+    result_path = Path(request["result_path"])
+    result_path.unlink(missing_ok=True)
+    stderr_path = workdir / "stderr.txt"
+    t0 = time.perf_counter()
+    with open(stderr_path, "wb") as err:
+        proc = subprocess.Popen(
+            [*argv, str(request_path)], stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+            env=env, start_new_session=True, preexec_fn=preexec,
+        )
+        with _live_lock:
+            _live.add(proc)
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _kill_group(proc)
+        except BaseException:  # Ctrl-C: never leave a worker behind
+            _kill_group(proc)
+            raise
+        finally:
+            with _live_lock:
+                _live.discard(proc)
+    seconds = time.perf_counter() - t0
+    rc = proc.returncode
+    result = None
+    if result_path.exists():
+        try:
+            result = json.loads(result_path.read_text())
+        except ValueError:
+            result = None
+    tail = stderr_path.read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
+    return ProcessOutcome(
+        returncode=rc if rc is not None and rc >= 0 else None,
+        signal=-rc if rc is not None and rc < 0 else None,
+        timed_out=timed_out,
+        seconds=seconds,
+        stderr_tail=tail,
+        result=result,
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()

@@ -1,0 +1,180 @@
+"""onnxruntime releases from the package index uv is configured to use.
+
+The listing comes from the index's standard simple API (PEP 691 JSON), so a
+private mirror or a proxy works the same as the public index. Wheel file names
+tell which releases can be installed for a target platform and Python; a
+release with no such wheel is kept in the list and marked, so the search can
+step around it as a *skip* instead of failing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import httpx
+from packaging.tags import Tag
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+from packaging.version import InvalidVersion, Version
+
+from harness.errors import UsageError
+
+PACKAGE = "onnxruntime"
+SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
+LISTING_MAX_AGE_S = 6 * 3600
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a probe runs: CPU architecture and Python version (e.g. "x86_64", "3.11")."""
+
+    arch: str
+    python: str
+
+    def accepts(self, tag: Tag) -> bool:
+        """A wheel tag installable on manylinux glibc for this arch and CPython version."""
+        cp = "cp" + self.python.replace(".", "")
+        if tag.interpreter not in (cp, "py3") and not (
+            tag.abi == "abi3" and tag.interpreter.startswith("cp")
+        ):
+            return False
+        if tag.platform == "any":
+            return True
+        return tag.platform.startswith(("manylinux", "linux_")) and tag.platform.endswith(
+            "_" + self.arch
+        )
+
+
+@dataclass
+class Release:
+    version: str
+    wheels: list[str] = field(default_factory=list)  # every non-yanked wheel file name
+    yanked: bool = False
+
+    def wheel_for(self, target: Target) -> str | None:
+        for name in self.wheels:
+            try:
+                _, _, _, tags = parse_wheel_filename(name)
+            except InvalidWheelFilename:
+                continue
+            if any(target.accepts(t) for t in tags):
+                return name
+        return None
+
+
+def parse_version(text: str, flag: str = "version") -> Version:
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise UsageError(f"{flag}: '{text}' is not a version number") from None
+
+
+def configured_index_url(uv_bin: str) -> str:
+    """The default index of uv's configuration (uv.toml, UV_DEFAULT_INDEX, ...).
+
+    Asking uv keeps one source of truth: the environments are installed by uv
+    from the same index the release list is read from.
+    """
+    with tempfile.NamedTemporaryFile("w", suffix=".in") as empty:
+        out = subprocess.run(
+            [uv_bin, "pip", "compile", empty.name, "--emit-index-url", "--quiet", "--no-header"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    match = re.search(r"^--index-url\s+(\S+)", out, re.M)
+    if not match:
+        raise RuntimeError(f"uv did not report its index URL: {out!r}")
+    return match.group(1).rstrip("/")
+
+
+def releases_from_simple_json(doc: dict) -> list[Release]:
+    """Final releases in version order from a PEP 691 project page. Pure."""
+    by_version: dict[Version, Release] = {}
+    for f in doc.get("files", []):
+        name = f["filename"]
+        if not name.endswith(".whl"):
+            continue
+        try:
+            _, version, _, _ = parse_wheel_filename(name)
+        except InvalidWheelFilename:
+            continue
+        if version.is_prerelease or version.is_devrelease:
+            continue
+        rel = by_version.setdefault(version, Release(str(version)))
+        if f.get("yanked"):
+            continue
+        rel.wheels.append(name)
+    # A release whose every file is yanked is not a release any more.
+    for rel in by_version.values():
+        rel.yanked = not rel.wheels
+    return [by_version[v] for v in sorted(by_version) if not by_version[v].yanked]
+
+
+class ReleaseIndex:
+    """The release listing, fetched once and cached so later runs work offline."""
+
+    def __init__(self, cache_dir: Path, uv_bin: str, offline: bool = False):
+        self.cache_file = cache_dir / "index" / f"{PACKAGE}.json"
+        self.uv_bin = uv_bin
+        self.offline = offline
+
+    def _fetch(self) -> dict:
+        url = f"{configured_index_url(self.uv_bin)}/{PACKAGE}/"
+        resp = httpx.get(url, headers={"Accept": SIMPLE_JSON}, timeout=30, follow_redirects=True)
+        resp.raise_for_status()
+        return resp.json()
+
+    def releases(self, refresh: bool = False) -> list[Release]:
+        cached = self._read_cache()
+        fresh = cached is not None and time.time() - cached["fetched_at"] < LISTING_MAX_AGE_S
+        if cached is not None and (self.offline or (fresh and not refresh)):
+            return [Release(**r) for r in cached["releases"]]
+        try:
+            releases = releases_from_simple_json(self._fetch())
+        except (httpx.HTTPError, subprocess.CalledProcessError, OSError) as exc:
+            if cached is not None:  # offline: fall back to the last listing we saw
+                return [Release(**r) for r in cached["releases"]]
+            raise UsageError(f"cannot list {PACKAGE} releases from the package index: {exc}") from None
+        self._write_cache(releases)
+        return releases
+
+    def _read_cache(self) -> dict | None:
+        try:
+            return json.loads(self.cache_file.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _write_cache(self, releases: list[Release]) -> None:
+        doc = {"fetched_at": time.time(), "releases": [asdict(r) for r in releases]}
+        try:
+            self.cache_file.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.cache_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, self.cache_file)
+        except OSError:
+            pass  # a read-only cache only costs the next run a fetch
+
+
+def select_range(releases: list[Release], lo: str, hi: str) -> list[Release]:
+    """Releases in [lo, hi]; both ends must be releases of the index. Pure."""
+    lo_v, hi_v = parse_version(lo, "--from"), parse_version(hi, "--to")
+    known = {Version(r.version) for r in releases}
+    for flag, v in (("--from", lo_v), ("--to", hi_v)):
+        if v not in known:
+            near = ", ".join(str(k) for k in sorted(known, key=lambda k: abs(_ord(k) - _ord(v)))[:3])
+            raise UsageError(f"{flag} {v}: no such {PACKAGE} release (nearest: {near})")
+    if lo_v > hi_v:
+        raise UsageError(f"--from {lo_v} is after --to {hi_v}")
+    return [r for r in releases if lo_v <= Version(r.version) <= hi_v]
+
+
+def _ord(v: Version) -> float:
+    rel = (list(v.release) + [0, 0, 0])[:3]
+    return rel[0] * 1e6 + rel[1] * 1e3 + rel[2]

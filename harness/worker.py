@@ -1,0 +1,186 @@
+"""Probe worker: runs one model on one batch inside one release's environment.
+
+A leaf: it imports only onnxruntime, numpy and the standard library, knows
+nothing of the harness, and never decides good or bad. It reads a request
+(JSON), writes one result (JSON, atomically) and, if asked, the outputs (.npz).
+It must run on every onnxruntime release from 1.19 on and Python 3.8 on.
+
+    python worker.py REQUEST.json
+
+Exit status: 0 result written, 3 result written with an error (the model
+would not load or run on this release), anything else: no result.
+"""
+
+import hashlib
+import json
+import os
+import platform
+import resource
+import sys
+import time
+import traceback
+
+EXIT_OK = 0
+EXIT_ERROR = 3
+
+GRAPH_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",  # only in releases that have it
+    "all": "ORT_ENABLE_ALL",
+}
+EXEC_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+# CPU features that decide which kernels onnxruntime picks.
+INTERESTING_FLAGS = (
+    "asimdhp", "fphp", "asimd", "sve", "sve2", "sme", "sme2", "i8mm", "bf16", "asimddp",
+    "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_fp16",
+    "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16", "avx_vnni",
+)
+
+
+def cpu_info():
+    """Model name and feature flags from /proc/cpuinfo (emulators fill it in too)."""
+    model, flags = "", set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip().lower()
+                if key in ("flags", "features") and not flags:
+                    flags = set(value.split())
+                elif key in ("model name", "cpu part") and not model:
+                    model = value.strip()
+    except OSError:
+        pass
+    return {
+        "machine": platform.machine(),
+        "model": model,
+        "flags": sorted(f for f in flags if f in INTERESTING_FLAGS),
+    }
+
+
+def session_options(ort, opts):
+    so = ort.SessionOptions()
+    level = opts.get("graph_optimization_level")
+    if level:
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, GRAPH_LEVELS[level])
+    mode = opts.get("execution_mode")
+    if mode:
+        so.execution_mode = getattr(ort.ExecutionMode, EXEC_MODES[mode])
+    if opts.get("intra_op_num_threads") is not None:
+        so.intra_op_num_threads = int(opts["intra_op_num_threads"])
+    if opts.get("inter_op_num_threads") is not None:
+        so.inter_op_num_threads = int(opts["inter_op_num_threads"])
+    for key, value in sorted((opts.get("config") or {}).items()):
+        so.add_session_config_entry(key, str(value))
+    if opts.get("optimized_model_filepath"):
+        so.optimized_model_filepath = opts["optimized_model_filepath"]
+    return so
+
+
+def output_stats(np, name, arr):
+    a = np.asarray(arr)
+    stats = {
+        "name": name,
+        "dtype": str(a.dtype),
+        "shape": list(a.shape),
+        "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
+    }
+    if a.dtype.kind not in "fc":
+        stats.update(rows=int(a.shape[0]) if a.ndim else 1, nan_rows=0, inf_rows=0,
+                     zero_rows=int(np.sum(~a.reshape(a.shape[0] if a.ndim else 1, -1).any(axis=1))),
+                     max_abs=float(np.max(np.abs(a))) if a.size else 0.0, nan=0, inf=0)
+        return stats
+    rows = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
+    nan = np.isnan(rows)
+    inf = np.isinf(rows)
+    finite = rows[np.isfinite(rows)]
+    stats.update(
+        rows=int(rows.shape[0]),
+        nan_rows=int(nan.any(axis=1).sum()),
+        inf_rows=int(inf.any(axis=1).sum()),
+        zero_rows=int((rows == 0).all(axis=1).sum()) if rows.shape[1] else 0,
+        nan=int(nan.sum()),
+        inf=int(inf.sum()),
+        max_abs=float(np.max(np.abs(finite.astype(np.float64)))) if finite.size else None,
+    )
+    return stats
+
+
+def probe(request, result):
+    """Fill `result` in place, so that a failure keeps what was seen before it."""
+    t0 = time.perf_counter()
+    result.update(
+        worker=1,
+        python=platform.python_version(),
+        platform=platform.platform(),
+        cpu=cpu_info(),
+        stage="import",
+    )
+    import numpy as np
+    import onnxruntime as ort
+
+    result["import_s"] = time.perf_counter() - t0
+    result["onnxruntime"] = {
+        "version": ort.__version__,
+        "device": ort.get_device(),
+        "providers": ort.get_available_providers(),
+        "build_info": getattr(ort, "get_build_info", lambda: "")(),
+    }
+    result["numpy"] = np.__version__
+
+    result["stage"] = "inputs"
+    with np.load(request["inputs"]) as data:
+        feeds = {k: data[k] for k in data.files}
+
+    result["stage"] = "session"
+    opts = request.get("session_options") or {}
+    so = session_options(ort, opts)
+    result["session_options"] = opts
+    t = time.perf_counter()
+    sess = ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"])
+    result["session_s"] = time.perf_counter() - t
+
+    result["stage"] = "run"
+    names = request.get("outputs") or [o.name for o in sess.get_outputs()]
+    t = time.perf_counter()
+    values = sess.run(names, feeds)
+    result["run_s"] = time.perf_counter() - t
+
+    result["stage"] = "done"
+    result["outputs"] = [output_stats(np, n, v) for n, v in zip(names, values)]
+    if request.get("outputs_path"):
+        tmp = request["outputs_path"] + ".tmp.npz"
+        np.savez(tmp, **dict(zip(names, values)))
+        os.replace(tmp, request["outputs_path"])
+
+
+def write_json(path, doc):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def main(argv):
+    with open(argv[1]) as f:
+        request = json.load(f)
+    status = EXIT_OK
+    result = {}
+    t0 = time.perf_counter()
+    try:
+        probe(request, result)
+    except Exception as exc:  # the model fails on this release: that is a result too
+        status = EXIT_ERROR
+        result.update(error="%s: %s" % (type(exc).__name__, exc), traceback=traceback.format_exc())
+    result["wall_s"] = time.perf_counter() - t0
+    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    write_json(request["result_path"], result)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

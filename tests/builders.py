@@ -1,0 +1,97 @@
+"""Small ONNX models the tests build with the `onnx` package (no downloads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+OPSET = [helper.make_opsetid("", 17)]
+
+
+def save(model: onnx.ModelProto, path: Path, external: bool = False) -> Path:
+    if external:
+        onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+                        location=path.name + "_data", size_threshold=0)
+    else:
+        onnx.save_model(model, str(path))
+    return path
+
+
+def residual_norm_model(width: int = 8) -> onnx.ModelProto:
+    """fp16 residual adds growing past 65504, then SimplifiedLayerNormalization.
+
+    On x86_64 up to 1.19.2 the chain runs as one fp32 island and stays finite;
+    from 1.20.0 the norm has an fp16 kernel, its input rounds to Inf and the
+    rows that grew past the fp16 ceiling turn NaN.
+    """
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", width])
+    scale = numpy_helper.from_array(np.ones(width, np.float16), "/model/norm/weight")
+    nodes = [
+        helper.make_node("Add", ["x", "x"], ["/model/layers.0/Add_output_0"], name="/model/layers.0/Add"),
+        helper.make_node("Add", ["/model/layers.0/Add_output_0", "x"], ["/model/layers.1/Add_output_0"],
+                         name="/model/layers.1/Add"),
+        helper.make_node("SimplifiedLayerNormalization", ["/model/layers.1/Add_output_0", "/model/norm/weight"],
+                         ["y"], name="/model/norm/SimplifiedLayerNormalization", axis=-1, epsilon=1e-6),
+    ]
+    graph = helper.make_graph(nodes, "residual_norm", [x], [y], [scale])
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def residual_norm_inputs(width: int = 8) -> dict[str, np.ndarray]:
+    """Four rows: two that overflow fp16 after the second Add (3 x 30000), two small."""
+    x = np.ones((4, width), np.float16)
+    x[1] = 30000
+    x[3] = 25000
+    return {"x": x}
+
+
+def int_div_model() -> onnx.ModelProto:
+    """Integer division by zero: the CPU traps (SIGFPE) and the worker dies by signal."""
+    a = helper.make_tensor_value_info("a", TensorProto.INT32, [4])
+    b = helper.make_tensor_value_info("b", TensorProto.INT32, [4])
+    y = helper.make_tensor_value_info("y", TensorProto.INT32, [4])
+    graph = helper.make_graph([helper.make_node("Div", ["a", "b"], ["y"], name="/div/Div")], "int_div", [a, b], [y])
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def int_div_inputs() -> dict[str, np.ndarray]:
+    return {"a": np.arange(1, 5, dtype=np.int32), "b": np.zeros(4, np.int32)}
+
+
+def spin_model(trips: int = 10**12) -> onnx.ModelProto:
+    """A Loop that counts to `trips`: runs for as long as the probe is allowed to."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    nodes = [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], name="/spin/Loop", body=body)]
+    inits = [numpy_helper.from_array(np.array(trips, np.int64), "trips"),
+             numpy_helper.from_array(np.array(True), "cond")]
+    graph = helper.make_graph(nodes, "spin", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def unknown_op_model() -> onnx.ModelProto:
+    """An op no release implements: session creation fails (verdict *error*)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="/frob/Frobnicate", domain="com.example")
+    graph = helper.make_graph([node], "unknown_op", [x], [y])
+    return helper.make_model(graph, opset_imports=[*OPSET, helper.make_opsetid("com.example", 1)], ir_version=8)
+
+
+def external_data_model(path: Path) -> Path:
+    """The residual-norm model with its weight stored as external data next to it."""
+    return save(residual_norm_model(), path, external=True)

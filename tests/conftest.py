@@ -1,0 +1,62 @@
+"""Shared fixtures: a cache that outlives the test run, and the CLI run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import builders  # noqa: E402
+
+# Environments and the release listing are kept between test runs (and CI runs on the
+# same machine), like a user's cache: the slow part of a real-release test is paid once.
+TEST_CACHE = Path(os.environ.get("ORTBISECT_TEST_CACHE", Path.home() / ".cache" / "ortbisect-tests"))
+
+
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> dict:
+        return json.loads(self.stdout)
+
+
+@pytest.fixture(scope="session")
+def cache_dir() -> Path:
+    TEST_CACHE.mkdir(parents=True, exist_ok=True)
+    return TEST_CACHE
+
+
+@pytest.fixture
+def bisect(cache_dir, tmp_path):
+    """Run `bisect ...` as a user would, in a fresh results directory."""
+
+    def run(*args: str, results: Path | None = None, timeout: float = 900, env: dict | None = None) -> Result:
+        argv = [sys.executable, "-m", "harness.cli", *args]
+        if args and args[0] in ("run", "sweep", "versions"):
+            argv += ["--cache-dir", str(cache_dir)]
+        if args and args[0] in ("run", "sweep"):
+            argv += ["--results-dir", str(results or tmp_path / "results")]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "COLUMNS": "200", **(env or {})})
+        return Result(proc.returncode, proc.stdout, proc.stderr)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def residual_norm(tmp_path_factory) -> tuple[Path, Path]:
+    """The SimplifiedLayerNormalization model (finite on 1.19.x, NaN from 1.20.0) and its batch."""
+    d = tmp_path_factory.mktemp("residual_norm")
+    model = builders.save(builders.residual_norm_model(), d / "residual_norm.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    return model, d / "batch.npz"

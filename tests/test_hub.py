@@ -1,0 +1,113 @@
+"""The hub download path, against a local directory laid out as the huggingface_hub cache (offline)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from harness.models import registered
+
+SPEC = registered()["embeddinggemma"]
+
+
+def tiny_embedder() -> onnx.ModelProto:
+    """input_ids, attention_mask -> sentence_embedding, with an embedding table to store externally."""
+    ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"])
+    mask = helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])
+    out = helper.make_tensor_value_info("sentence_embedding", TensorProto.FLOAT, ["batch", 4])
+    table = numpy_helper.from_array(np.random.default_rng(0).standard_normal((64, 4)).astype(np.float32), "embed")
+    nodes = [
+        helper.make_node("Gather", ["embed", "input_ids"], ["h"]),
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["m", "axis"], ["m3"]),
+        helper.make_node("Mul", ["h", "m3"], ["hm"]),
+        helper.make_node("ReduceSum", ["hm", "axis1"], ["sentence_embedding"], keepdims=0),
+    ]
+    inits = [table, numpy_helper.from_array(np.array([2], np.int64), "axis"),
+             numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    graph = helper.make_graph(nodes, "tiny", [ids, mask], [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def hub_cache(root: Path, revision: str) -> Path:
+    """Lay files out as huggingface_hub does: blobs by hash, snapshots/<commit>/ symlinks, refs/main."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    repo = root / ("models--" + SPEC.repo.replace("/", "--"))
+    staging = root / "staging"
+    (staging / "onnx").mkdir(parents=True)
+    onnx.save_model(tiny_embedder(), str(staging / SPEC.model_file), save_as_external_data=True,
+                    all_tensors_to_one_file=True, location=Path(SPEC.extra_files[0]).name, size_threshold=0)
+    words = "<pad> <unk> lorem ipsum dolor sit amet , . consectetur adipiscing elit".split()
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.save(str(staging / SPEC.tokenizer_file))
+    for name in (SPEC.model_file, *SPEC.extra_files, SPEC.tokenizer_file):
+        data = (staging / name).read_bytes()
+        blob = repo / "blobs" / hashlib.sha256(data).hexdigest()
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_bytes(data)
+        link = repo / "snapshots" / revision / name
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(blob, link.parent))
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(revision)
+    return root
+
+
+def resolve_offline(hub: Path, cache: Path, revision: str | None = None) -> subprocess.CompletedProcess:
+    code = f"""
+import dataclasses, json, sys
+from pathlib import Path
+from harness import models, inputs
+from harness.errors import UsageError
+spec = models.registered()["embeddinggemma"]
+if {revision!r}:
+    spec = dataclasses.replace(spec, revision={revision!r})
+try:
+    files = models.fetch_hub(spec)
+    m = models.resolve("embeddinggemma", Path({str(cache)!r}))
+    batch = inputs.load_npz(inputs.default_batch(m, Path({str(cache)!r})))
+    inputs.check_inputs(m.path, batch)
+    print(json.dumps({{"files": {{k: str(v) for k, v in files.items()}}, "digest": m.digest,
+                      "shape": list(batch["input_ids"].shape), "data": [str(p) for p in m.data_files]}}))
+except UsageError as exc:
+    print(exc, file=sys.stderr); sys.exit(2)
+"""
+    env = {**os.environ, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+
+
+def test_pinned_files_come_from_the_pinned_snapshot(tmp_path):
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    r = resolve_offline(hub, tmp_path / "cache")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert set(doc["files"]) == {SPEC.model_file, *SPEC.extra_files, SPEC.tokenizer_file}
+    assert all(f"/snapshots/{SPEC.revision}/" in p for p in doc["files"].values())
+    assert doc["data"] and doc["data"][0].endswith("model_fp16.onnx_data")
+    assert doc["shape"][0] == 20  # the report's batch: 20 texts
+
+
+def test_other_revision_is_refused(tmp_path):
+    hub = hub_cache(tmp_path / "hub", "0" * 40)  # the cache holds another commit only
+    r = resolve_offline(hub, tmp_path / "cache")
+    assert r.returncode == 2
+    assert "not in the huggingface_hub cache" in r.stderr
+
+
+@pytest.mark.parametrize("revision", ["main", "v1.0", "5090578d"])
+def test_unpinned_revision_is_refused(tmp_path, revision):
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    r = resolve_offline(hub, tmp_path / "cache", revision=revision)
+    assert r.returncode == 2
+    assert "not a pinned 40-hex commit" in r.stderr

@@ -1,0 +1,145 @@
+"""`bisect run` and `sweep` end to end on real onnxruntime releases installed with uv."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import builders
+from harness.driver import Driver
+from harness.probe import ProbeJob
+from harness.results import RunStore
+from harness.runners.uv import UvRunner, uv_bin
+from harness.verdicts import parse_predicate
+from harness.versions import Release, ReleaseIndex, Target, select_range
+
+pytestmark = pytest.mark.release
+
+
+def test_run_names_first_bad_release(bisect, residual_norm):
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.22.1", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    n = len(doc["releases"])
+    assert n == 8
+    assert doc["probe_count"] <= math.ceil(math.log2(n)) + 2
+    assert doc["monotone"] is True
+    bad = {p["version"]: p for p in doc["probes"] if p["verdict"] == "bad"}
+    assert bad["1.20.0"]["nan_rows"] == 2 and bad["1.20.0"]["rows"] == 4
+    # a progress line per probe went to stderr
+    assert r.stderr.count("probe ") >= doc["probe_count"]
+
+
+def test_same_command_again_reuses_every_probe(bisect, residual_norm, tmp_path):
+    model, batch = residual_norm
+    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.1", "--json")
+    first = bisect(*args, results=tmp_path / "res").json()
+    second = bisect(*args, results=tmp_path / "res").json()
+    assert second["run_id"] == first["run_id"]
+    assert all(p["reused"] for p in second["probes"])
+    assert [p["version"] for p in second["probes"]] == [p["version"] for p in first["probes"]]
+    lines = (tmp_path / "res" / first["run_id"] / "probes.jsonl").read_text().splitlines()
+    assert len(lines) == first["probe_count"]
+
+
+def test_fix_mode_and_endpoints_agree(bisect, residual_norm):
+    model, batch = residual_norm
+    # Looking for a fix over a range that only regresses: wrong direction, exit 3.
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.0",
+               "--mode", "fix", "--json")
+    assert r.returncode == 3 and r.json()["status"] == "wrong_direction"
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.20.0", "--to", "1.21.0")
+    assert r.returncode == 3
+    assert "Both ends are bad" in r.stdout
+
+
+def test_sweep_lists_transition(bisect, residual_norm):
+    model, batch = residual_norm
+    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.1", "--json", "-j", "2")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["probe_count"] == 4
+    assert doc["transitions"] == [{"from": "1.19.2", "to": "1.20.0", "verdicts": ["good", "bad"]}]
+
+
+@pytest.mark.parametrize("build, inputs, extra, verdict, why", [
+    (builders.int_div_model, builders.int_div_inputs(), (), "crash", "SIGFPE"),
+    (builders.spin_model, {"x": np.zeros(1, np.float32)}, ("--timeout", "3"), "timeout", "no result after"),
+    (builders.unknown_op_model, {"x": np.zeros(2, np.float32)}, (), "error", "at session"),
+])
+def test_faulty_probes_get_their_verdict_and_the_run_completes(bisect, tmp_path, build, inputs, extra, verdict, why):
+    model = builders.save(build(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", **inputs)
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"), "--from", "1.19.0", "--to", "1.19.2",
+               "--json", *extra)
+    assert r.returncode == 3, r.stderr  # no boundary: nothing could be judged
+    doc = r.json()
+    assert doc["status"] == "undecidable"
+    assert [p["verdict"] for p in doc["probes"]] == [verdict, verdict]
+    assert all(why in p["why"] for p in doc["probes"]), doc["probes"]
+
+
+def test_missing_wheel_is_a_skip_stepped_around(cache_dir, residual_norm, tmp_path):
+    """A release with no wheel for the target (here: its wheels removed from the listing)."""
+    model, batch = residual_norm
+    target = Target(os.uname().machine, f"{sys.version_info.major}.{sys.version_info.minor}")
+    releases = select_range(ReleaseIndex(cache_dir, uv_bin()).releases(), "1.19.0", "1.20.1")
+    releases = [Release(r.version, [] if r.version == "1.19.2" else r.wheels) for r in releases]
+    store = RunStore.open(tmp_path, "skip-test", {"k": 1}, {}, ["test"])
+    driver = Driver(UvRunner(target, cache_dir), releases, store, ProbeJob(model, batch), parse_predicate("nan-or-inf"))
+    outcome = driver.run()
+    assert outcome.records["1.19.2"]["verdict"] == "skip"
+    assert "no onnxruntime 1.19.2 wheel" in outcome.records["1.19.2"]["reason"]
+    step = outcome.step
+    assert step.status == "found"
+    assert (releases[step.lo].version, releases[step.hi].version) == ("1.19.0", "1.20.0")
+    assert [releases[i].version for i in step.untestable] == ["1.19.2"]
+
+
+def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
+    """Ctrl-C (SIGINT) to the harness mid-run, then the same command: no probe runs twice."""
+    model = builders.save(builders.spin_model(400_000), tmp_path / "slow.onnx")  # about a second per probe
+    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
+    argv = [sys.executable, "-m", "harness.cli", "sweep", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
+            "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
+            "--json"]
+    # warm the environments first so the interruption lands mid-probe, not mid-install
+    subprocess.run([*argv[:3], "sweep", *argv[4:]], capture_output=True, check=False)
+    for f in (tmp_path / "res").rglob("probes.jsonl"):
+        f.unlink()
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    probes = None
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        found = list((tmp_path / "res").rglob("probes.jsonl"))
+        if found and len(found[0].read_text().splitlines()) >= 2:
+            probes = found[0]
+            break
+        time.sleep(0.05)
+    assert probes is not None, "no probe finished"
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr
+    before = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
+    assert 2 <= len(before) < 6
+
+    done = subprocess.run(argv, capture_output=True, text=True)
+    assert done.returncode == 3, done.stderr  # the spin model is good everywhere: no transition
+    after = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
+    assert sorted(after) == sorted(set(after)), "a finished probe was repeated"
+    assert after[: len(before)] == before
+    assert len(after) == 6
+    doc = json.loads(done.stdout)
+    assert sum(p["reused"] for p in doc["probes"]) == len(before)
