@@ -18,8 +18,8 @@ from harness.errors import EnvironmentSkip, UsageError
 
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
-err = Console(stderr=True, highlight=False)
-out = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
 
 
 def default_cache_dir() -> Path:
@@ -47,9 +47,11 @@ range_options = _compose(
     click.option("--to", "to", required=True, metavar="VERSION", help="Last release of the range."),
 )
 target_options = _compose(
-    click.option("--arch", default=platform.machine(), show_default=True, help="CPU architecture of the probes."),
-    click.option("--backend", default="uv", show_default=True, help="Where probes run: uv (native)."),
-    click.option("--cpu", default=None, help="CPU model to emulate (emulating backends)."),
+    click.option("--arch", default=platform.machine(), show_default=True,
+                 help="CPU architecture of the probes; several as x86_64,aarch64 (one result each)."),
+    click.option("--backend", default="auto", show_default=True,
+                 help="Where probes run: uv (native), qemu (aarch64 under QEMU user mode); auto picks."),
+    click.option("--cpu", default=None, help="CPU model to emulate with qemu (default neoverse-n1, which has fp16 arithmetic)."),
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),
 )
@@ -123,6 +125,41 @@ def versions(from_, to, arch, python, cache_dir, offline, as_json):
     for row in rows:
         out.print(f"{row['version']:<10} {row['wheel'] or '[yellow]no wheel for ' + arch + ' / Python ' + python + ' (skip)[/]'}")
     out.print(f"{len(rows)} releases, {sum(1 for r in rows if r['wheel'])} installable for {arch} / Python {python}")
+
+
+@cli.group()
+def setup():
+    """Provision what a backend needs on this host."""
+
+
+@setup.command("qemu")
+@store_options
+def setup_qemu(cache_dir, offline):
+    """QEMU >= 10 (user mode) and an arm64 sysroot with CPython, into the cache (no host changes)."""
+    from harness.runners.qemu import provision
+
+    qemu, sysroot = provision(cache_dir, log=lambda msg: err.print(escape(str(msg))))
+    out.print(f"qemu-aarch64 {qemu.version} at {qemu.path}")
+    out.print(f"arm64 sysroot at {sysroot}")
+
+
+@cli.command()
+@store_options
+@click.option("--json", "as_json", is_flag=True)
+def doctor(cache_dir, offline, as_json):
+    """What backends work on this host, and how to fix what does not."""
+    from harness.doctor import checks
+
+    rows = checks(cache_dir)
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return 0
+    for row in rows:
+        mark = "[green]ok[/]  " if row["ok"] else "[red]no[/]  "
+        out.print(f"{mark}{row['what']:<22} {escape(row['detail'])}")
+        if not row["ok"] and row.get("fix"):
+            out.print(f"      fix: {escape(row['fix'])}")
+    return 0
 
 
 @dataclass
@@ -224,13 +261,31 @@ class Progress:
         )
 
 
+ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
+
+
 def _search(opts: dict, sweep: bool) -> int:
+    """One search per requested architecture, each with its own results."""
+    archs = [ARCH_ALIASES.get(a.strip(), a.strip()) for a in opts["arch"].split(",") if a.strip()]
+    if not archs or len(set(archs)) != len(archs):
+        raise UsageError(f"--arch {opts['arch']!r}: give distinct architectures, e.g. x86_64,aarch64")
+    docs = []
+    for arch in archs:
+        rc, doc = _search_one({**opts, "arch": arch}, sweep)
+        if doc is None:
+            return rc
+        docs.append((rc, doc))
+    if opts["as_json"]:
+        out.print_json(json.dumps(docs[0][1] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for _, d in docs}}))
+    return min(rc for rc, _ in docs)  # a boundary found on any arch is a finding
+
+
+def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
     from harness.driver import Driver
     from harness.report import exit_status, summary, table
 
     plan = _plan(opts)
-    console = err if not opts["as_json"] else Console(stderr=True, quiet=False, highlight=False)
-    with Progress(console, len(plan.releases)) as progress:
+    with Progress(err, len(plan.releases)) as progress:
         driver = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
                         observer=progress, jobs=opts["jobs"])
         try:
@@ -239,17 +294,15 @@ def _search(opts: dict, sweep: bool) -> int:
             done = len(plan.store.records())
             err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
                       f"run the same command again (or --resume {plan.store.run_id}) to continue")
-            return EXIT_INTERRUPTED
+            return EXIT_INTERRUPTED, None
         except OSError as exc:
             raise UsageError(f"cannot record results in {plan.store.dir}: {exc.strerror or exc}") from None
     doc = summary(outcome, opts["mode"], plan.store.run_id, sweep=sweep)
-    if opts["as_json"]:
-        out.print_json(json.dumps(doc))
-    else:
+    if not opts["as_json"]:
         out.print(table(doc))
         out.print(doc["message"])
         out.print(f"[dim]results: {plan.store.dir}[/]")
-    return exit_status(doc)
+    return exit_status(doc), doc
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,6 +95,7 @@ VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": 
 
 
 def table(doc: dict):
+    from rich.markup import escape
     from rich.table import Table
 
     prov = doc.get("provenance") or {}
@@ -103,10 +104,11 @@ def table(doc: dict):
         title += f" · cpu {prov['cpu']}"
     t = Table(title=title, title_justify="left")
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
-                      ("rows", "right"), ("seconds", "right"), ("why", "left")):
+                      ("rows", "right"), ("seconds", "right"), ("note", "left")):
         t.add_column(col, justify=just)
     for p in doc["probes"]:
         style = VERDICT_STYLE.get(p["verdict"], "")
         t.add_row(p["version"], f"[{style}]{p['verdict']}[/]", str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
-                  str(p["rows"] or 0), f"{p['seconds']:.2f}" + (" (saved)" if p["reused"] else ""), p.get("why") or "")
+                  str(p["rows"] or 0), f"{p['seconds']:.2f}",
+                  ("saved; " if p["reused"] else "") + ("" if p["verdict"] in ("good", "bad") else escape(p.get("why") or "")))
     return t

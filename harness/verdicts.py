@@ -60,10 +60,10 @@ def rows_summary(result: dict | None) -> dict:
     """NaN / Inf / zero rows over all outputs (a row counts once per output)."""
     outs = (result or {}).get("outputs") or []
     return {
-        "rows": max((o["rows"] for o in outs), default=0),
-        "nan_rows": sum(o["nan_rows"] for o in outs),
-        "inf_rows": sum(o["inf_rows"] for o in outs),
-        "zero_rows": sum(o["zero_rows"] for o in outs),
+        "rows": max((o.get("rows", 0) for o in outs), default=0),
+        "nan_rows": sum(o.get("nan_rows", 0) for o in outs),
+        "inf_rows": sum(o.get("inf_rows", 0) for o in outs),
+        "zero_rows": sum(o.get("zero_rows", 0) for o in outs),
         "max_abs": max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None),
     }
 

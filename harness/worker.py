@@ -39,8 +39,29 @@ INTERESTING_FLAGS = (
 )
 
 
+# Linux arm64 hwcap bits (uapi asm/hwcap.h): fp16 arithmetic is asimdhp.
+ARM64_HWCAP = {0: "fp", 1: "asimd", 9: "fphp", 10: "asimdhp", 20: "asimddp", 22: "sve", 23: "asimdfhm"}
+ARM64_HWCAP2 = {1: "sve2", 13: "i8mm", 14: "bf16", 23: "sme", 37: "sme2"}
+AT_HWCAP, AT_HWCAP2 = 16, 26
+
+
+def arm64_hwcaps():
+    """Feature names from getauxval: right under QEMU user mode, where /proc/cpuinfo
+    may describe the host rather than the emulated CPU."""
+    import ctypes
+
+    getauxval = ctypes.CDLL(None).getauxval
+    getauxval.restype = ctypes.c_ulong
+    getauxval.argtypes = [ctypes.c_ulong]
+    names = set()
+    for at, table in ((AT_HWCAP, ARM64_HWCAP), (AT_HWCAP2, ARM64_HWCAP2)):
+        bits = getauxval(at)
+        names.update(name for bit, name in table.items() if bits >> bit & 1)
+    return names
+
+
 def cpu_info():
-    """Model name and feature flags from /proc/cpuinfo (emulators fill it in too)."""
+    """Model name and feature flags the process sees (what onnxruntime's kernel choice sees)."""
     model, flags = "", set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -53,6 +74,11 @@ def cpu_info():
                     model = value.strip()
     except OSError:
         pass
+    if platform.machine() in ("aarch64", "arm64"):
+        try:
+            flags = arm64_hwcaps()
+        except (OSError, AttributeError):
+            pass
     return {
         "machine": platform.machine(),
         "model": model,
@@ -80,6 +106,7 @@ def session_options(ort, opts):
 
 
 def output_stats(np, name, arr):
+    """Row-wise health of one output (rows = first axis): what verdicts are made of."""
     a = np.asarray(arr)
     stats = {
         "name": name,
@@ -87,15 +114,13 @@ def output_stats(np, name, arr):
         "shape": list(a.shape),
         "sha256": hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(),
     }
-    if a.dtype.kind not in "fc":
-        stats.update(rows=int(a.shape[0]) if a.ndim else 1, nan_rows=0, inf_rows=0,
-                     zero_rows=int(np.sum(~a.reshape(a.shape[0] if a.ndim else 1, -1).any(axis=1))),
-                     max_abs=float(np.max(np.abs(a))) if a.size else 0.0, nan=0, inf=0)
-        return stats
-    rows = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
-    nan = np.isnan(rows)
-    inf = np.isinf(rows)
-    finite = rows[np.isfinite(rows)]
+    if a.dtype.kind not in "biufc":
+        return stats  # strings and the like: only the hash says anything
+    rows = a.reshape(a.shape[0], int(np.prod(a.shape[1:]))) if a.ndim else a.reshape(1, 1)
+    floating = a.dtype.kind in "fc"
+    nan = np.isnan(rows) if floating else np.zeros(rows.shape, bool)
+    inf = np.isinf(rows) if floating else np.zeros(rows.shape, bool)
+    finite = rows[~(nan | inf)].astype(np.float64)
     stats.update(
         rows=int(rows.shape[0]),
         nan_rows=int(nan.any(axis=1).sum()),
@@ -103,7 +128,9 @@ def output_stats(np, name, arr):
         zero_rows=int((rows == 0).all(axis=1).sum()) if rows.shape[1] else 0,
         nan=int(nan.sum()),
         inf=int(inf.sum()),
-        max_abs=float(np.max(np.abs(finite.astype(np.float64)))) if finite.size else None,
+        max_abs=float(np.abs(finite).max()) if finite.size else None,
+        min=float(finite.min()) if finite.size else None,
+        max=float(finite.max()) if finite.size else None,
     )
     return stats
 

@@ -95,3 +95,24 @@ def unknown_op_model() -> onnx.ModelProto:
 def external_data_model(path: Path) -> Path:
     """The residual-norm model with its weight stored as external data next to it."""
     return save(residual_norm_model(), path, external=True)
+
+
+def residual_overflow_model(width: int = 8) -> onnx.ModelProto:
+    """fp16 residual Adds whose sum passes 65504, scaled back down, then x / x.
+
+    In an fp32 island (x86_64, or aarch64 up to 1.23.2) the sum never rounds
+    to fp16 and every row is 1.0. Where Add runs natively in fp16 (aarch64
+    with asimdhp from 1.24.1) the sum is Inf and x / x is NaN.
+    """
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", width])
+    quarter = numpy_helper.from_array(np.array(0.25, np.float16), "quarter")
+    p = "/model/layers.{}/"
+    nodes = [
+        helper.make_node("Add", ["x", "x"], [p.format(0) + "Add_output_0"], name=p.format(0) + "Add"),
+        helper.make_node("Add", [p.format(0) + "Add_output_0", "x"], [p.format(1) + "Add_output_0"], name=p.format(1) + "Add"),
+        helper.make_node("Mul", [p.format(1) + "Add_output_0", "quarter"], ["/model/scale/Mul_output_0"], name="/model/scale/Mul"),
+        helper.make_node("Div", ["/model/scale/Mul_output_0", "/model/scale/Mul_output_0"], ["y"], name="/model/norm/Div"),
+    ]
+    graph = helper.make_graph(nodes, "residual_overflow", [x], [y], [quarter])
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)

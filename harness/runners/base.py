@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -16,6 +17,8 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from filelock import FileLock
 
 from harness.versions import Release, Target
 
@@ -83,6 +86,37 @@ class Runner(ABC):
 
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
+
+
+READY = "ortbisect-ready.json"
+
+
+def locked_build(path: Path, version: str, build) -> Environment:
+    """Reuse `path` if a finished build is there, else build it under a per-path lock.
+
+    `build(path)` fills the directory and returns info to record; the ready
+    marker is written last, so a build cut short is redone, never used.
+    """
+    t0 = time.perf_counter()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock"):
+        marker = path / READY
+        if marker.exists():
+            return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
+        shutil.rmtree(path, ignore_errors=True)
+        try:
+            info = build(path)
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        info = {**info, "version": version, "created_s": round(time.perf_counter() - t0, 3)}
+        marker.write_text(json.dumps(info))
+    return Environment(version, path, True, time.perf_counter() - t0, info)
+
+
+def forget_build(path: Path) -> None:
+    with FileLock(str(path) + ".lock"):
+        (path / READY).unlink(missing_ok=True)
 
 
 def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: float,

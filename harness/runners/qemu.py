@@ -1,0 +1,70 @@
+"""Emulated backend: an aarch64 CPython under QEMU user mode, no container needed.
+
+The release's aarch64 wheels come from a site directory resolved on the host
+(`sites`); QEMU >= 10 and an arm64 sysroot with CPython come from
+`qemu_provision`, set up on first use (or by `bisect setup qemu`). `--cpu`
+chooses the emulated CPU model, which decides the kernels onnxruntime picks.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from harness.errors import UsageError
+from harness.runners import qemu_provision as qp
+from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, run_worker_process
+from harness.runners.sites import discard_site, prepare_site
+from harness.versions import Release
+
+ARCH = "aarch64"
+
+
+def tools_dir(cache_dir: Path) -> Path:
+    return cache_dir / "tools"
+
+
+def provision(cache_dir: Path, log=None) -> tuple[qp.QemuBinary, Path]:
+    """QEMU >= 10 and the arm64 sysroot, found or set up (idempotent, locked)."""
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    tools = tools_dir(cache_dir)
+    try:
+        found = qp.find_qemu(tools)
+        qemu = found if found is not None and found.version >= qp.MIN_QEMU else qp.setup_qemu(tools, log=log)
+        sysroot = qp.setup_sysroot(tools, log=log)
+        return qp.check_qemu(qemu), sysroot
+    except qp.ProvisionError as exc:
+        raise UsageError(str(exc)) from None
+
+
+class QemuRunner(Runner):
+    backend = "qemu"
+
+    def __init__(self, target, cache_dir, cpu=None):
+        if target.arch != ARCH:
+            raise UsageError(f"--backend qemu runs {ARCH} probes, not {target.arch}")
+        super().__init__(target, cache_dir, cpu or qp.DEFAULT_CPU)
+        self.qemu, self.sysroot = provision(cache_dir)
+        try:
+            qp.check_cpu(self.qemu, self.cpu)
+        except qp.ProvisionError as exc:
+            raise UsageError(str(exc)) from None
+        if target.python != "3.11":
+            raise UsageError(f"--backend qemu has CPython 3.11 in its sysroot, not {target.python}")
+
+    def provenance(self) -> dict:
+        return {**super().provenance(), "qemu": str(self.qemu.version)}
+
+    def prepare(self, release: Release) -> Environment:
+        return prepare_site(self.cache_dir, self.target, release)
+
+    def discard(self, env: Environment) -> None:
+        discard_site(env)
+
+    def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
+        python = qp.sysroot_python(self.sysroot)
+        argv = qp.qemu_command(self.qemu, self.sysroot, self.cpu, [python, "-s", str(WORKER)])
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
+        child_env.update(PYTHONPATH=str(env.path / "site"), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1")
+        return run_worker_process(argv, request, workdir, timeout, env=child_env)

@@ -1,0 +1,33 @@
+"""Wheels for a foreign platform, resolved on the host by uv into a plain directory.
+
+Emulated and container probes import onnxruntime from such a directory,
+mounted read-only: the probe itself never needs the network.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.runners.base import Environment, forget_build, locked_build
+from harness.runners.uv import NUMPY, require_wheel, uv
+from harness.versions import Release, Target
+
+
+def site_dir(cache_dir: Path, target: Target, version: str) -> Path:
+    return cache_dir / "sites" / f"{target.arch}-py{target.python}" / f"onnxruntime-{version}"
+
+
+def prepare_site(cache_dir: Path, target: Target, release: Release) -> Environment:
+    require_wheel(release, target)
+
+    def build(path: Path) -> dict:
+        uv("pip", "install", "--quiet", "--target", str(path / "site"),
+           "--python-platform", f"{target.arch}-unknown-linux-gnu", "--python-version", target.python,
+           f"onnxruntime=={release.version}", NUMPY, what=f"installing onnxruntime {release.version} for {target.arch}")
+        return {"python": target.python, "arch": target.arch}
+
+    return locked_build(site_dir(cache_dir, target, release.version), release.version, build)
+
+
+def discard_site(env: Environment) -> None:
+    forget_build(env.path)
