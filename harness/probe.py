@@ -38,6 +38,8 @@ def outcome_status(out: ProcessOutcome) -> tuple[str, str]:
     res = out.result
     if res is not None and res.get("error"):
         return "error", f"{res['error']} (at {res.get('stage', '?')})".splitlines()[0]
+    if out.out_of_memory:
+        return "crash", "worker killed: out of memory"
     if out.signal is not None:
         return "crash", f"worker killed by {signal_name(out.signal)}"
     if res is None or res.get("stage") != "done":

@@ -90,3 +90,26 @@ def test_search_results_and_report_have_no_backend_branches():
     for module in ("search.py", "driver.py", "results.py", "report.py", "verdicts.py", "probe.py"):
         text = (HARNESS / module).read_text()
         assert not names.search(text), f"{module} names a backend"
+
+
+@pytest.mark.release
+@pytest.mark.docker
+@pytest.mark.parametrize("arch, expected", [
+    ("x86_64", {"1.23.2": ("good", 0), "1.24.1": ("good", 0)}),
+    ("aarch64", {"1.23.2": ("good", 0), "1.24.1": ("bad", 2)}),  # QEMU_CPU=neoverse-n1 inside the container
+])
+def test_docker_gives_the_native_and_qemu_verdicts(bisect, overflow, arch, expected):
+    from harness.runners.docker_engine import engine_status
+
+    ok, reason = engine_status()
+    if not ok:
+        print(f"docker backend test skipped: {reason}")
+        pytest.skip(f"no docker engine: {reason}")
+    model, batch = overflow
+    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
+               "--arch", arch, "--backend", "docker", "--json")
+    assert r.returncode in (0, 3), r.stderr
+    doc = r.json()
+    assert verdicts(doc) == expected
+    prov = doc["provenance"]
+    assert prov["backend"] == "docker" and prov["image"].startswith("sha256:")

@@ -9,7 +9,7 @@ from harness.errors import UsageError
 from harness.runners.base import Environment, ProcessOutcome, Runner
 from harness.versions import Target
 
-BACKENDS = ("auto", "uv", "qemu")
+BACKENDS = ("auto", "uv", "qemu", "docker")
 
 
 def native_arch() -> str:
@@ -36,6 +36,10 @@ def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None =
         from harness.runners.qemu import QemuRunner
 
         return QemuRunner(target, cache_dir, cpu)
+    if backend == "docker":
+        from harness.runners.docker import DockerRunner
+
+        return DockerRunner(target, cache_dir, cpu)
     raise UsageError(f"--backend {backend}: unknown backend (choose from {', '.join(BACKENDS)})")
 
 

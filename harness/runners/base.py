@@ -58,6 +58,7 @@ class ProcessOutcome:
     seconds: float
     stderr_tail: str
     result: dict | None
+    out_of_memory: bool = False
 
 
 class Runner(ABC):
@@ -119,25 +120,33 @@ def forget_build(path: Path) -> None:
         (path / READY).unlink(missing_ok=True)
 
 
-def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: float,
-                       env: dict | None = None, preexec=None) -> ProcessOutcome:
-    """Run a worker command as its own process group; kill the group on timeout.
-
-    The request and result travel as files in `workdir`; the result is read
-    only if the worker finished writing it (it renames it into place).
-    """
+def write_request(workdir: Path, request: dict, result_path: str | None = None) -> Path:
+    """The request file the worker reads; `result_path` as the worker will see it."""
     workdir.mkdir(parents=True, exist_ok=True)
-    request_path = workdir / "request.json"
-    request = {**request, "result_path": str(workdir / "result.json")}
-    request_path.write_text(json.dumps(request))
-    result_path = Path(request["result_path"])
-    result_path.unlink(missing_ok=True)
+    (workdir / "result.json").unlink(missing_ok=True)
+    path = workdir / "request.json"
+    path.write_text(json.dumps({**request, "result_path": result_path or str(workdir / "result.json")}))
+    return path
+
+
+def read_result(workdir: Path) -> dict | None:
+    """The worker's result, if it finished writing one (it renames it into place)."""
+    try:
+        return json.loads((workdir / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: float,
+                       env: dict | None = None) -> ProcessOutcome:
+    """Run a worker command as its own process group; kill the group on timeout."""
+    request_path = write_request(workdir, request)
     stderr_path = workdir / "stderr.txt"
     t0 = time.perf_counter()
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
             [*argv, str(request_path)], stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-            env=env, start_new_session=True, preexec_fn=preexec,
+            env=env, start_new_session=True,
         )
         with _live_lock:
             _live.add(proc)
@@ -153,22 +162,14 @@ def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: f
         finally:
             with _live_lock:
                 _live.discard(proc)
-    seconds = time.perf_counter() - t0
     rc = proc.returncode
-    result = None
-    if result_path.exists():
-        try:
-            result = json.loads(result_path.read_text())
-        except ValueError:
-            result = None
-    tail = stderr_path.read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace")
     return ProcessOutcome(
         returncode=rc if rc is not None and rc >= 0 else None,
         signal=-rc if rc is not None and rc < 0 else None,
         timed_out=timed_out,
-        seconds=seconds,
-        stderr_tail=tail,
-        result=result,
+        seconds=time.perf_counter() - t0,
+        stderr_tail=stderr_path.read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace"),
+        result=read_result(workdir),
     )
 
 

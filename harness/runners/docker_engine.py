@@ -1,0 +1,648 @@
+"""Docker engine plumbing for the docker backend.
+
+* :func:`engine_status` - is an engine reachable through ``DOCKER_HOST``?
+* :func:`ensure_image` - the probe image ``ortbisect/probe:<arch>`` for
+  ``amd64`` or ``arm64``, built locally (no registry needed): a debootstrap
+  root filesystem with CPython 3.11 becomes ``ortbisect/bookworm-python:<arch>``,
+  then ``dockerfiles/python-slim.Dockerfile`` is built on top of it.
+* :func:`run_container` - run one command in a throw-away container with the
+  network disabled, a memory limit and a timeout; the container is always
+  removed.
+
+The probe's site-packages (onnxruntime + numpy for the target architecture)
+is not part of any image: it is bind-mounted read-only at run time and put on
+``PYTHONPATH``.
+
+Building the base images needs root on the host (debootstrap), and for arm64
+a binfmt_misc registration of qemu-aarch64 with flag F
+(``.ci/docker-engine.sh binfmt`` does it). The ``docker`` Python SDK
+(``docker>=7``) is imported lazily so that this module imports without it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal as _signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+
+if TYPE_CHECKING:  # pragma: no cover
+    import docker
+
+__all__ = [
+    "ARCHES",
+    "BASE_IMAGE_REPO",
+    "PROBE_IMAGE_REPO",
+    "ContainerResult",
+    "DockerEngineError",
+    "base_image_tag",
+    "client_from_env",
+    "debian_mirror",
+    "default_cache_dir",
+    "docker_platform",
+    "engine_status",
+    "ensure_base_image",
+    "ensure_image",
+    "image_provenance",
+    "normalize_arch",
+    "probe_image_tag",
+    "rootfs_tarball",
+    "run_container",
+]
+
+Log = Callable[[str], None]
+
+BASE_IMAGE_REPO = "ortbisect/bookworm-python"
+PROBE_IMAGE_REPO = "ortbisect/probe"
+ARCHES = ("amd64", "arm64")
+
+SUITE = "bookworm"
+DEBOOTSTRAP_INCLUDE = ("python3.11-minimal", "libpython3.11-stdlib", "libgomp1", "libstdc++6")
+# Bump when the rootfs post-processing or the base image's Dockerfile changes.
+_ROOTFS_RECIPE_VERSION = 1
+_BASE_DOCKERFILE = """\
+FROM scratch
+ADD rootfs.tar /
+ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
+CMD ["python3"]
+"""
+LABEL_RECIPE = "org.ortbisect.recipe"
+LABEL_ROLE = "org.ortbisect.role"
+
+DOCKERFILES_DIR = Path(__file__).resolve().parents[2] / "dockerfiles"
+PROBE_DOCKERFILE = "python-slim.Dockerfile"
+
+_ARCH_ALIASES = {
+    "amd64": "amd64",
+    "x86_64": "amd64",
+    "x64": "amd64",
+    "arm64": "arm64",
+    "aarch64": "arm64",
+}
+_UNAME_MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
+
+
+class DockerEngineError(RuntimeError):
+    """Building or running something on the engine failed."""
+
+
+class ContainerResult(NamedTuple):
+    """Outcome of :func:`run_container`.
+
+    ``exit_code`` is the container's exit status as docker reports it (128+N
+    when the process died of signal N); ``signal`` is N in that case (always
+    9 after a timeout or an OOM kill), else None. ``seconds`` is wall time
+    from container start to exit. ``oom_killed`` mirrors State.OOMKilled.
+    """
+
+    exit_code: int | None
+    signal: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    seconds: float
+    oom_killed: bool
+
+
+def _noop_log(msg: str) -> None:
+    pass
+
+
+# --------------------------------------------------------------------------- #
+# names
+# --------------------------------------------------------------------------- #
+
+
+def normalize_arch(arch: str) -> str:
+    """``x86_64``/``amd64`` -> ``amd64``; ``aarch64``/``arm64`` -> ``arm64``."""
+    try:
+        return _ARCH_ALIASES[arch.lower()]
+    except KeyError:
+        raise ValueError(f"unsupported architecture {arch!r}; expected one of {sorted(_ARCH_ALIASES)}") from None
+
+
+def docker_platform(arch: str) -> str:
+    """``arm64`` -> ``linux/arm64``."""
+    return f"linux/{normalize_arch(arch)}"
+
+
+def uname_machine(arch: str) -> str:
+    """``arm64`` -> ``aarch64`` (what ``platform.machine()`` says inside)."""
+    return _UNAME_MACHINE[normalize_arch(arch)]
+
+
+def base_image_tag(arch: str) -> str:
+    return f"{BASE_IMAGE_REPO}:{normalize_arch(arch)}"
+
+
+def probe_image_tag(arch: str) -> str:
+    return f"{PROBE_IMAGE_REPO}:{normalize_arch(arch)}"
+
+
+def default_cache_dir() -> Path:
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    root = Path(xdg) if xdg else Path.home() / ".cache"
+    return root / "ortbisect" / "docker"
+
+
+# --------------------------------------------------------------------------- #
+# engine
+# --------------------------------------------------------------------------- #
+
+
+def client_from_env(timeout: int = 120) -> "docker.DockerClient":
+    """A docker SDK client configured from DOCKER_HOST & co."""
+    import docker
+
+    return docker.from_env(timeout=timeout)
+
+
+def engine_status() -> tuple[bool, str]:
+    """(ok, reason): can we talk to an engine through the environment?
+
+    On success the reason names the server version, API version, OS/arch and
+    the DOCKER_HOST in use; on failure it says why (no SDK, no socket, ...).
+    """
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock (default)")
+    try:
+        import docker  # noqa: F401
+    except ImportError:
+        return False, "the docker Python SDK is not installed (add docker>=7)"
+    try:
+        client = client_from_env(timeout=10)
+    except Exception as exc:  # DockerException for a missing socket, bad host, ...
+        return False, f"no docker engine at {host}: {exc}"
+    try:
+        client.ping()
+        v = client.version()
+    except Exception as exc:
+        return False, f"docker engine at {host} does not answer: {exc}"
+    finally:
+        try:
+            client.close()
+        except Exception:
+            pass
+    return True, (
+        f"docker engine {v.get('Version', '?')} (API {v.get('ApiVersion', '?')}, "
+        f"{v.get('Os', '?')}/{v.get('Arch', '?')}) at {host}"
+    )
+
+
+# --------------------------------------------------------------------------- #
+# debootstrap root filesystems
+# --------------------------------------------------------------------------- #
+
+
+def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
+    """The Debian archive URI the host's apt uses (read at run time, never hard-coded)."""
+    from harness.runners.qemu_provision import ProvisionError, read_host_sources
+    from harness.runners.qemu_provision import debian_mirror as host_archive
+
+    try:
+        return host_archive(read_host_sources(etc_apt))[0]
+    except ProvisionError as exc:
+        raise DockerEngineError(str(exc)) from None
+
+
+def _rootfs_key(arch: str) -> str:
+    recipe = {
+        "suite": SUITE,
+        "arch": arch,
+        "variant": "minbase",
+        "include": list(DEBOOTSTRAP_INCLUDE),
+        "version": _ROOTFS_RECIPE_VERSION,
+    }
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _binfmt_aarch64_ok() -> tuple[bool, str]:
+    d = Path("/proc/sys/fs/binfmt_misc")
+    if not (d / "register").exists():
+        return False, "binfmt_misc is not mounted"
+    for entry in d.iterdir():
+        if entry.name in ("register", "status"):
+            continue
+        try:
+            text = entry.read_text()
+        except OSError:
+            continue
+        # aarch64 ELF: e_machine 0xb7 at offset 18
+        if "magic 7f454c460201010000000000000000000200b700" in text and text.startswith("enabled"):
+            flags = re.search(r"^flags: *(\S*)", text, re.M)
+            if flags and "F" in flags.group(1):
+                return True, f"{entry.name}: {text.splitlines()[1]}"
+            return False, f"{entry.name} is registered without flag F"
+    return False, "no binfmt_misc entry for aarch64"
+
+
+def _mounts_under(root: Path) -> list[str]:
+    root_s = str(root.resolve())
+    found = []
+    with open("/proc/self/mounts") as fh:
+        for line in fh:
+            mnt = line.split()[1].replace("\\040", " ")
+            if mnt == root_s or mnt.startswith(root_s + "/"):
+                found.append(mnt)
+    return found
+
+
+def _safe_rmtree(root: Path) -> None:
+    """Remove a debootstrap target, refusing if anything is still mounted in it."""
+    if not root.exists():
+        return
+    for mnt in sorted(_mounts_under(root), key=len, reverse=True):
+        subprocess.run(["umount", "-l", mnt], check=False)
+    left = _mounts_under(root)
+    if left:
+        raise DockerEngineError(f"refusing to delete {root}: still mounted: {left}")
+    shutil.rmtree(root)
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = _noop_log) -> tuple[Path, dict]:
+    """Debootstrap (once, cached) a bookworm minbase + CPython 3.11 rootfs.
+
+    Returns (tarball path, metadata). The tarball lives at
+    ``cache_dir/rootfs/bookworm-python3.11-<arch>-<recipe>.tar`` with a
+    ``.json`` sidecar (mirror, sha256, size, build seconds); a later call
+    with the same cache dir reuses it. Needs root; arm64 needs binfmt.
+    """
+    from filelock import FileLock
+
+    arch = normalize_arch(arch)
+    root = Path(cache_dir).expanduser() / "rootfs"
+    root.mkdir(parents=True, exist_ok=True)
+    key = _rootfs_key(arch)
+    tar = root / f"{SUITE}-python3.11-{arch}-{key}.tar"
+    meta_path = tar.with_suffix(".json")
+
+    with FileLock(str(root / f"{arch}.lock"), timeout=3600):
+        if tar.is_file() and meta_path.is_file():
+            meta = json.loads(meta_path.read_text())
+            log(f"rootfs {arch}: cached {tar} ({meta.get('size_bytes', 0) / 1e6:.0f} MB)")
+            return tar, meta
+
+        if os.geteuid() != 0:
+            raise DockerEngineError("debootstrap needs root")
+        if shutil.which("debootstrap") is None:
+            raise DockerEngineError("debootstrap is not installed (apt-get install debootstrap; .ci/docker-engine.sh does it)")
+        host_arch = normalize_arch(os.uname().machine)
+        if arch != host_arch:
+            if arch != "arm64":
+                raise DockerEngineError(f"cannot debootstrap {arch} on a {host_arch} host")
+            ok, why = _binfmt_aarch64_ok()
+            if not ok:
+                raise DockerEngineError(f"arm64 debootstrap needs qemu-aarch64 binfmt with flag F: {why} (run .ci/docker-engine.sh binfmt)")
+
+        mirror = debian_mirror()
+        work = Path(tempfile.mkdtemp(prefix=f"rootfs-{arch}-", dir=root))
+        target = work / "rootfs"
+        try:
+            cmd = [
+                "debootstrap",
+                "--variant=minbase",
+                f"--arch={arch}",
+                f"--include={','.join(DEBOOTSTRAP_INCLUDE)}",
+                SUITE,
+                str(target),
+                mirror,
+            ]
+            log(f"rootfs {arch}: {' '.join(cmd)}")
+            t0 = time.monotonic()
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            t_debootstrap = time.monotonic() - t0
+            if proc.returncode != 0:
+                tail = "\n".join(proc.stdout.splitlines()[-30:])
+                debootstrap_log = target / "debootstrap" / "debootstrap.log"
+                if debootstrap_log.is_file():
+                    tail += "\n--- debootstrap.log ---\n" + "\n".join(debootstrap_log.read_text(errors="replace").splitlines()[-30:])
+                raise DockerEngineError(f"debootstrap {arch} failed (exit {proc.returncode}):\n{tail}")
+            log(f"rootfs {arch}: debootstrap took {t_debootstrap:.1f} s")
+
+            # python3 -> python3.11 (python3.11-minimal does not provide it)
+            py3 = target / "usr/bin/python3"
+            if not py3.exists() and not py3.is_symlink():
+                py3.symlink_to("python3.11")
+            # drop what a probe never needs
+            for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info"):
+                d = target / sub
+                if d.is_dir():
+                    for child in d.iterdir():
+                        if child.is_dir() and not child.is_symlink():
+                            shutil.rmtree(child)
+                        elif child.name != "lock":
+                            child.unlink()
+
+            t1 = time.monotonic()
+            tmp_tar = work / "rootfs.tar"
+            subprocess.run(
+                [
+                    "tar", "-C", str(target), "--numeric-owner",
+                    "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*", "--exclude=./run/*",
+                    "-cf", str(tmp_tar), ".",
+                ],
+                check=True,
+            )
+            sha = _sha256_file(tmp_tar)
+            meta = {
+                "arch": arch,
+                "suite": SUITE,
+                "include": list(DEBOOTSTRAP_INCLUDE),
+                "recipe": key,
+                "mirror": mirror,
+                "sha256": sha,
+                "size_bytes": tmp_tar.stat().st_size,
+                "debootstrap_seconds": round(t_debootstrap, 1),
+                "tar_seconds": round(time.monotonic() - t1, 1),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            os.replace(tmp_tar, tar)
+            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
+            log(f"rootfs {arch}: {tar} ({meta['size_bytes'] / 1e6:.0f} MB, sha256 {sha[:12]})")
+            return tar, meta
+        finally:
+            _safe_rmtree(work)
+
+
+# --------------------------------------------------------------------------- #
+# images
+# --------------------------------------------------------------------------- #
+
+
+def _get_image(client, ref: str):
+    import docker.errors
+
+    try:
+        return client.images.get(ref)
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def _build(client, log: Log, **kwargs) -> None:
+    """Classic-builder build through the API, streaming its output to log."""
+    stream = client.api.build(rm=True, forcerm=True, decode=True, timeout=3600, **kwargs)
+    for chunk in stream:
+        if "error" in chunk:
+            detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
+            raise DockerEngineError(f"docker build {kwargs.get('tag')} failed: {detail}")
+        text = chunk.get("stream", "").rstrip()
+        if text:
+            log(f"  {text}")
+
+
+def _check_arch(image, arch: str, ref: str) -> None:
+    got = image.attrs.get("Architecture")
+    if got != arch:
+        raise DockerEngineError(f"{ref} has architecture {got!r}, expected {arch!r}")
+
+
+def ensure_base_image(client, arch: str, cache_dir: Path | str, log: Log = _noop_log) -> str:
+    """``ortbisect/bookworm-python:<arch>`` from the cached debootstrap rootfs.
+
+    Skipped when an image with that tag and the same recipe label exists.
+    Returns the image id.
+    """
+    arch = normalize_arch(arch)
+    tag = base_image_tag(arch)
+    recipe = _rootfs_key(arch)
+    img = _get_image(client, tag)
+    if img is not None and img.labels.get(LABEL_RECIPE) == recipe:
+        _check_arch(img, arch, tag)
+        log(f"image {tag}: exists ({img.id[:19]})")
+        return img.id
+
+    tar, meta = rootfs_tarball(arch, cache_dir, log)
+    ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{arch}-", dir=tar.parent))
+    try:
+        try:
+            os.link(tar, ctx / "rootfs.tar")
+        except OSError:
+            shutil.copyfile(tar, ctx / "rootfs.tar")
+        (ctx / "Dockerfile").write_text(_BASE_DOCKERFILE)
+        t0 = time.monotonic()
+        log(f"image {tag}: building from {tar.name}")
+        _build(
+            client,
+            log,
+            path=str(ctx),
+            tag=tag,
+            platform=docker_platform(arch),
+            labels={
+                LABEL_RECIPE: recipe,
+                LABEL_ROLE: "base",
+                "org.ortbisect.rootfs.sha256": meta["sha256"],
+                "org.ortbisect.rootfs.suite": SUITE,
+            },
+        )
+        log(f"image {tag}: built in {time.monotonic() - t0:.1f} s")
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+    img = client.images.get(tag)
+    _check_arch(img, arch, tag)
+    return img.id
+
+
+def ensure_image(
+    client,
+    arch: str,
+    cache_dir: Path | str | None = None,
+    log: Log = _noop_log,
+    *,
+    base: str | None = None,
+) -> str:
+    """The probe image ``ortbisect/probe:<arch>``; returns its image id.
+
+    ``base=None`` (no registry): the base is ``ortbisect/bookworm-python:<arch>``
+    built locally by :func:`ensure_base_image`. ``base="python:3.11-slim"``
+    (registry reachable): the Dockerfile's default base, pulled for the arch.
+    An existing image built from the same Dockerfile and base id is reused.
+    Record the returned id (``sha256:...``) for provenance.
+    """
+    arch = normalize_arch(arch)
+    cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    if base is None:
+        base_ref = base_image_tag(arch)
+        base_id = ensure_base_image(client, arch, cache_dir, log)
+    else:
+        base_ref = base
+        img = _get_image(client, base)
+        if img is None or img.attrs.get("Architecture") != arch:
+            log(f"pulling {base} for {docker_platform(arch)}")
+            img = client.images.pull(base, platform=docker_platform(arch))
+        base_id = img.id
+
+    dockerfile = DOCKERFILES_DIR / PROBE_DOCKERFILE
+    recipe = hashlib.sha256(dockerfile.read_bytes() + b"\0" + base_id.encode()).hexdigest()[:16]
+    tag = probe_image_tag(arch)
+    img = _get_image(client, tag)
+    if img is not None and img.labels.get(LABEL_RECIPE) == recipe:
+        _check_arch(img, arch, tag)
+        log(f"image {tag}: exists ({img.id[:19]})")
+        return img.id
+
+    t0 = time.monotonic()
+    log(f"image {tag}: building {PROBE_DOCKERFILE} on {base_ref}")
+    _build(
+        client,
+        log,
+        path=str(DOCKERFILES_DIR),
+        dockerfile=PROBE_DOCKERFILE,
+        tag=tag,
+        platform=docker_platform(arch),
+        buildargs={"BASE": base_ref},
+        pull=False,
+        labels={LABEL_RECIPE: recipe, LABEL_ROLE: "probe", "org.ortbisect.base": base_ref, "org.ortbisect.base.id": base_id},
+    )
+    log(f"image {tag}: built in {time.monotonic() - t0:.1f} s")
+    img = client.images.get(tag)
+    _check_arch(img, arch, tag)
+    return img.id
+
+
+def image_provenance(client, ref: str) -> dict:
+    """What to record about the image a probe ran in."""
+    img = client.images.get(ref)
+    a = img.attrs
+    return {
+        "id": img.id,
+        "tags": list(img.tags),
+        "repo_digests": list(a.get("RepoDigests") or []),
+        "os": a.get("Os"),
+        "architecture": a.get("Architecture"),
+        "created": a.get("Created"),
+        "labels": dict(img.labels or {}),
+    }
+
+
+# --------------------------------------------------------------------------- #
+# running
+# --------------------------------------------------------------------------- #
+
+
+def _signal_from_exit(code: int | None) -> int | None:
+    if code is None or code <= 128:
+        return None
+    n = code - 128
+    try:
+        _signal.Signals(n)
+    except ValueError:
+        return None
+    return n
+
+
+def run_container(
+    client,
+    image: str,
+    argv: list[str],
+    mounts: Mapping[str | os.PathLike, tuple[str, str]] | None = None,
+    env: Mapping[str, str] | None = None,
+    platform: str | None = None,
+    mem_limit: int | str | None = None,
+    timeout: float | None = None,
+    *,
+    user: str | None = None,
+    workdir: str | None = None,
+    pids_limit: int | None = 4096,
+) -> ContainerResult:
+    """Run ``argv`` in a fresh container of ``image`` and remove it afterwards.
+
+    ``mounts`` maps host path -> (container path, "ro" | "rw"). The container
+    has no network (``network_mode="none"``), no capabilities and
+    no-new-privileges; ``mem_limit`` (bytes or "512m") caps memory and swap.
+    After ``timeout`` seconds the container is killed (SIGKILL) and the
+    result has ``timed_out=True``. The container is removed in every case.
+    """
+    import docker.errors
+    import requests.exceptions
+
+    volumes = {}
+    for host, (cpath, mode) in (mounts or {}).items():
+        if mode not in ("ro", "rw"):
+            raise ValueError(f"mount mode must be 'ro' or 'rw', not {mode!r}")
+        volumes[os.path.abspath(os.fspath(host))] = {"bind": cpath, "mode": mode}
+
+    kwargs = dict(
+        command=list(argv),
+        environment=dict(env or {}),
+        volumes=volumes,
+        network_mode="none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        labels={LABEL_ROLE: "run"},
+        # docker-init as PID 1: the probe then dies of signals like on the
+        # host (PID 1 ignores signals it has no handler for) and tini reports
+        # 128+N
+        init=True,
+        detach=True,
+        stdin_open=False,
+        tty=False,
+    )
+    if platform:
+        kwargs["platform"] = platform
+    if mem_limit is not None:
+        kwargs["mem_limit"] = mem_limit
+        kwargs["memswap_limit"] = mem_limit
+    if pids_limit:
+        kwargs["pids_limit"] = pids_limit
+    if user is not None:
+        kwargs["user"] = user
+    if workdir is not None:
+        kwargs["working_dir"] = workdir
+
+    container = client.containers.create(image, **kwargs)
+    timed_out = False
+    exit_code: int | None = None
+    seconds = 0.0
+    try:
+        t0 = time.monotonic()
+        container.start()
+        try:
+            status = container.wait(timeout=timeout)
+            seconds = time.monotonic() - t0
+            exit_code = status.get("StatusCode")
+        except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
+            seconds = time.monotonic() - t0
+            timed_out = True
+            try:
+                container.kill()
+            except docker.errors.APIError:
+                pass  # exited meanwhile
+            try:
+                exit_code = container.wait(timeout=60).get("StatusCode")
+            except Exception:
+                exit_code = None
+        container.reload()
+        state = container.attrs.get("State", {})
+        oom = bool(state.get("OOMKilled"))
+        if exit_code is None:
+            exit_code = state.get("ExitCode")
+        stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+        stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+    finally:
+        try:
+            container.remove(force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError:
+            # removal already in progress, or engine hiccup: try once more
+            time.sleep(0.5)
+            try:
+                container.remove(force=True, v=True)
+            except docker.errors.APIError:
+                pass
+    sig = 9 if timed_out else _signal_from_exit(exit_code)
+    return ContainerResult(exit_code, sig, timed_out, stdout, stderr, seconds, oom)

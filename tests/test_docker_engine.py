@@ -1,0 +1,186 @@
+"""The docker backend's engine plumbing, against a real engine.
+
+Needs an engine reachable through DOCKER_HOST (``eval "$(.ci/docker-engine.sh
+start /tmp/ortbisect-docker)"``); otherwise every test here is skipped with
+the reason engine_status() gives. Images are built locally (debootstrap,
+needs root and, for arm64, qemu binfmt); rootfs tarballs are cached under
+ORTBISECT_TEST_CACHE (default ~/.cache/ortbisect-tests). A first run takes a
+few minutes (arm64 debootstrap under emulation); later runs reuse the images.
+
+The tests only need the stdlib inside the container: no onnxruntime site dir.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from harness.runners import docker_engine as de
+
+pytestmark = pytest.mark.docker
+
+NET_PROBE = r"""
+import json, os, socket
+out = {"interfaces": sorted(os.listdir("/sys/class/net"))}
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.settimeout(3)
+try:
+    s.connect(("127.0.0.1", 9))
+    out["loopback_connect"] = "connected"
+except OSError as exc:
+    out["loopback_connect"] = type(exc).__name__
+s.close()
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    s.connect(("192.0.2.1", 53))  # needs a route; there is none without a network
+    out["route_outside"] = True
+except OSError as exc:
+    out["route_outside"] = False
+s.close()
+print(json.dumps(out))
+"""
+
+
+def _cache_dir() -> Path:
+    return Path(os.environ.get("ORTBISECT_TEST_CACHE", "~/.cache/ortbisect-tests")).expanduser()
+
+
+@pytest.fixture(scope="module")
+def client():
+    ok, reason = de.engine_status()
+    if not ok:
+        print(f"docker tests skipped: {reason}")
+        pytest.skip(reason)
+    c = de.client_from_env()
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def images(client):
+    """arch -> probe image id, built (or reused) once per module."""
+    built = {}
+
+    def get(arch: str) -> str:
+        if arch not in built:
+            built[arch] = de.ensure_image(client, arch, _cache_dir(), log=print)
+        return built[arch]
+
+    return get
+
+
+def test_engine_status_reports_server():
+    ok, reason = de.engine_status()
+    if not ok:
+        print(f"docker tests skipped: {reason}")
+        pytest.skip(reason)
+    assert "docker engine" in reason
+
+
+def test_debian_mirror_is_read_from_host_apt_config():
+    uri = de.debian_mirror()
+    assert uri.startswith(("http://", "https://", "file:"))
+
+
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_python_runs_natively_or_emulated(client, images, arch):
+    image_id = images(arch)
+    prov = de.image_provenance(client, image_id)
+    assert prov["id"] == image_id and prov["architecture"] == arch
+    env = {"QEMU_CPU": "neoverse-n1"} if arch == "arm64" else {}
+    r = de.run_container(
+        client,
+        image_id,
+        ["python3", "-c", "import platform, sys; print(platform.machine(), sys.version_info[:2])"],
+        env=env,
+        platform=de.docker_platform(arch),
+        mem_limit="1g",
+        timeout=120,
+    )
+    assert (r.exit_code, r.signal, r.timed_out, r.oom_killed) == (0, None, False, False), r
+    assert r.stdout.split()[0] == de.uname_machine(arch), r
+    assert "(3, 11)" in r.stdout
+
+
+@pytest.mark.parametrize("arch", ["amd64", "arm64"])
+def test_network_is_absent(client, images, arch):
+    image_id = images(arch)
+    r = de.run_container(
+        client, image_id, ["python3", "-c", NET_PROBE],
+        platform=de.docker_platform(arch), mem_limit="1g", timeout=120,
+    )
+    assert r.exit_code == 0, r
+    out = json.loads(r.stdout)
+    assert out["interfaces"] == ["lo"], out
+    assert out["loopback_connect"] in ("ConnectionRefusedError", "OSError"), out
+    assert out["route_outside"] is False, out
+
+
+def test_read_only_mount_and_env(client, images, tmp_path):
+    image_id = images("amd64")
+    (tmp_path / "hello.txt").write_text("hi from host\n")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    code = (
+        "import os\n"
+        "print(open('/data/hello.txt').read().strip(), os.environ['PROBE_X'])\n"
+        "open('/out/result.txt', 'w').write('ok')\n"
+        "try:\n"
+        "    open('/data/new.txt', 'w')\n"
+        "except OSError as e:\n"
+        "    print('ro', e.errno)\n"
+    )
+    r = de.run_container(
+        client, image_id, ["python3", "-c", code],
+        mounts={tmp_path: ("/data", "ro"), out_dir: ("/out", "rw")},
+        env={"PROBE_X": "42"}, platform="linux/amd64", timeout=60,
+    )
+    assert r.exit_code == 0, r
+    assert r.stdout.splitlines() == ["hi from host 42", "ro 30"]
+    assert (out_dir / "result.txt").read_text() == "ok"
+
+
+def test_exit_code_signal_and_stderr(client, images):
+    image_id = images("amd64")
+    r = de.run_container(
+        client, image_id, ["python3", "-c", "import sys; sys.stderr.write('boom\\n'); sys.exit(3)"],
+        platform="linux/amd64", timeout=60,
+    )
+    assert (r.exit_code, r.signal, r.stderr) == (3, None, "boom\n")
+    r = de.run_container(
+        client, image_id, ["python3", "-c", "import ctypes; ctypes.string_at(0)"],
+        platform="linux/amd64", timeout=60,
+    )
+    assert (r.exit_code, r.signal, r.timed_out) == (139, 11, False), r
+
+
+def test_timeout_kills_and_removes(client, images):
+    image_id = images("amd64")
+    before = {c.id for c in client.containers.list(all=True)}
+    r = de.run_container(
+        client, image_id, ["python3", "-c", "import time; print('started', flush=True); time.sleep(600)"],
+        platform="linux/amd64", timeout=2,
+    )
+    assert r.timed_out and r.signal == 9, r
+    assert r.stdout == "started\n"
+    assert r.seconds < 30
+    assert {c.id for c in client.containers.list(all=True)} <= before
+
+
+def test_oom_kill_is_reported(client, images):
+    image_id = images("amd64")
+    code = "x = bytearray(512 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('survived')"
+    r = de.run_container(
+        client, image_id, ["python3", "-c", code], platform="linux/amd64", mem_limit="128m", timeout=60,
+    )
+    assert r.oom_killed, r
+    assert r.signal == 9 and "survived" not in r.stdout
+
+
+def test_existing_images_are_reused(client, images):
+    first = images("amd64")
+    again = de.ensure_image(client, "amd64", _cache_dir(), log=print)
+    assert again == first
