@@ -111,3 +111,17 @@ def test_unpinned_revision_is_refused(tmp_path, revision):
     r = resolve_offline(hub, tmp_path / "cache", revision=revision)
     assert r.returncode == 2
     assert "not a pinned 40-hex commit" in r.stderr
+
+
+def test_models_lists_every_registered_model(bisect, tmp_path):
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    r = bisect("models", "--json", "--cache-dir", str(tmp_path / "cache"), env={"HF_HUB_CACHE": str(hub)})
+    assert r.returncode == 0, r.stderr
+    rows = {row["name"]: row for row in json.loads(r.stdout)}
+    assert set(rows) == set(registered())
+    hub_row = rows["embeddinggemma"]
+    assert hub_row["source"] == "hub" and hub_row["size_bytes"] > 0
+    assert any(i.startswith("input_ids: int64") for i in hub_row["inputs"])
+    gen = rows["gemma-tiny-fused"]
+    assert gen["source"] == "generated" and gen["batch"] == "embeddinggemma-report"
+    assert "sentence_embedding: float32[batch, 64]" in gen["outputs"]

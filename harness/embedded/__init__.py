@@ -1,0 +1,81 @@
+"""Embedded default model: a tiny EmbeddingGemma-shaped fp16 model and its tokenizer.
+
+Everything is generated offline and deterministically (see ``generator`` for the
+design and the overflow mechanism of each variant, ``tokenizer`` for the
+tokenizer and the report's repro batch).
+
+    materialize("gemma-tiny-fused", Path("models/gemma-tiny-fused"))
+
+writes ``model.onnx`` (fp16), ``model_fp32.onnx`` (the float32 twin, same
+weights) and ``tokenizer.json``, each atomically, and returns their paths and
+sha256 digests.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
+from .generator import DEFAULT_SEED, VARIANTS, VariantSpec, build_model, model_bytes
+from .tokenizer import LENGTHS, LOREM, build_tokenizer, encode_batch, repro_texts
+
+__all__ = [
+    "VARIANTS", "VariantSpec", "DEFAULT_SEED", "build_model", "model_bytes", "build_tokenizer",
+    "materialize", "encode_batch", "repro_texts", "LOREM", "LENGTHS",
+]
+
+
+def _write_atomic(path: Path, data: bytes) -> str:
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        if path.read_bytes() == data:
+            return digest  # already there: keep its mtime, so digests stay memoised
+    except OSError:
+        pass
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give normal file permissions
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return digest
+
+
+def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> dict:
+    """Write the variant's fp16 model, fp32 twin and tokenizer into ``dest_dir``.
+
+    Returns ``{"variant", "seed", "dir", "model", "model_fp32", "tokenizer",
+    "sha256": {"model.onnx": ..., "model_fp32.onnx": ..., "tokenizer.json": ...}}``
+    (paths as :class:`~pathlib.Path`).
+    """
+    if variant not in VARIANTS:
+        raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
+    dest = Path(dest_dir)
+    dest.mkdir(parents=True, exist_ok=True)
+    files = {
+        "model.onnx": model_bytes(variant, dtype="float16", seed=seed),
+        "model_fp32.onnx": model_bytes(variant, dtype="float32", seed=seed),
+        "tokenizer.json": build_tokenizer().to_str().encode("utf-8"),
+    }
+    digests = {name: _write_atomic(dest / name, data) for name, data in files.items()}
+    return {
+        "variant": variant,
+        "seed": seed,
+        "dir": dest,
+        "model": dest / "model.onnx",
+        "model_fp32": dest / "model_fp32.onnx",
+        "tokenizer": dest / "tokenizer.json",
+        "sha256": digests,
+    }

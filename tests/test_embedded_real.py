@@ -1,0 +1,85 @@
+"""The embedded default models against real releases: the regressions they exist to show."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness import inputs, models
+from harness.runners.uv import uv_bin
+from harness.versions import ReleaseIndex
+
+pytestmark = pytest.mark.release
+
+
+def by_version(doc: dict) -> dict[str, tuple[str, int]]:
+    return {p["version"]: (p["verdict"], p["nan_rows"]) for p in doc["probes"]}
+
+
+@pytest.fixture(scope="module")
+def newest(cache_dir) -> str:
+    return ReleaseIndex(cache_dir, uv_bin()).releases()[-1].version
+
+
+def test_fused_variant_names_1_20_0_in_at_most_7_probes(bisect):
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.30.0", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    assert doc["probe_count"] <= 7
+    seen = by_version(doc)
+    assert seen["1.19.2"] == ("good", 0)
+    assert seen["1.20.0"][0] == "bad" and seen["1.20.0"][1] > 0
+
+
+def test_decomposed_variant_is_finite_on_x86_64(bisect, newest, tmp_path):
+    wanted = ["1.19.2", "1.23.2", "1.24.1", newest]
+    for version in wanted:  # single-release ranges: each one probe, all in one results dir
+        r = bisect("sweep", "--model", "gemma-tiny-decomposed", "--from", version, "--to", version, "--json",
+                   results=tmp_path / "res")
+        assert r.returncode == 3, r.stderr
+        assert by_version(r.json()) == {version: ("good", 0)}
+
+
+@pytest.mark.qemu
+def test_decomposed_variant_on_aarch64_neoverse_n1(bisect, tmp_path_factory):
+    """The report's regression: finite on 1.23.2, NaN rows from 1.24.1 (residual Add in fp16)."""
+    res = tmp_path_factory.mktemp("aarch64")
+    common = ("--model", "gemma-tiny-decomposed", "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1",
+              "--timeout", "900", "--json")
+    r = bisect("sweep", "--from", "1.23.2", "--to", "1.24.1", *common, results=res)
+    assert r.returncode == 0, r.stderr
+    seen = by_version(r.json())
+    assert seen["1.23.2"] == ("good", 0)
+    assert seen["1.24.1"][0] == "bad" and seen["1.24.1"][1] > 0
+    # The bisection reuses those two probes (same model, batch and target) and names 1.24.1.
+    r = bisect("run", "--from", "1.22.1", "--to", "1.25.1", *common, results=res)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1")
+
+
+def test_fp32_twin_is_finite_and_close_to_fp16(bisect, cache_dir, newest, tmp_path):
+    model = models.resolve("gemma-tiny-fused", cache_dir)
+    batch = inputs.default_batch(model, cache_dir)
+    twin = model.path.with_name("model_fp32.onnx")
+    res = tmp_path / "res"
+    versions = ["1.19.2", "1.20.0", newest]
+    docs = {}
+    for name, path in (("fp32", twin), ("fp16", model.path)):
+        for v in versions:
+            r = bisect("sweep", "--model", str(path), "--inputs", str(batch), "--output", "sentence_embedding",
+                       "--from", v, "--to", v, "--json", results=res)
+            assert r.returncode == 3, r.stderr
+            docs[name, v] = r.json()
+    for v in versions:
+        assert by_version(docs["fp32", v]) == {v: ("good", 0)}
+        fp32 = np.load(res / docs["fp32", v]["run_id"] / "outputs" / f"{v}.npz")["sentence_embedding"]
+        fp16 = np.load(res / docs["fp16", v]["run_id"] / "outputs" / f"{v}.npz")["sentence_embedding"]
+        finite = np.isfinite(fp16).all(axis=1)
+        assert finite.sum() >= 13  # at most the 7 trigger rows are lost
+        a, b = fp32[finite].astype(np.float64), fp16[finite].astype(np.float64)
+        cos = (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
+        assert cos.min() > 1 - 1e-2, (v, cos.min())
