@@ -6,7 +6,6 @@ import json
 import os
 import platform
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
@@ -184,65 +183,21 @@ def doctor(cache_dir, offline, as_json):
     return 0
 
 
-@dataclass
-class Plan:
-    """Everything a search needs, resolved from the command line."""
+def _spec(opts: dict):
+    """The search the command line asks for."""
+    from harness.plan import SearchSpec
 
-    runner: object
-    releases: list
-    store: object
-    job: object
-    predicate: object
-    reference: object
-
-
-def _plan(opts: dict) -> Plan:
-    from harness import inputs as inputs_mod
-    from harness import models
-    from harness.probe import ProbeJob
-    from harness.results import RunStore, run_id_for
-    from harness.runners import make_runner
-    from harness.runners.uv import uv_bin
-    from harness.verdicts import parse_predicate
-    from harness.versions import ReleaseIndex, Target, select_range
-
-    predicate = parse_predicate(opts["bad_if"])
-    reference = None
-    if predicate.needs_reference:
-        if not opts.get("reference"):
-            raise UsageError(f"--bad-if {predicate}: give the reference outputs with --reference FILE.npz")
-        reference = inputs_mod.load_npz(opts["reference"])
-    elif opts.get("reference"):
-        raise UsageError("--reference is used only with --bad-if rel-diff>B")
-    cache_dir: Path = opts["cache_dir"]
-    target = Target(opts["arch"], opts["python"])
-    runner = make_runner(opts["backend"], target, cache_dir, opts["cpu"])
-    releases = select_range(ReleaseIndex(cache_dir, uv_bin(), opts["offline"]).releases(), opts["from_"], opts["to"])
-
-    model = models.resolve(opts["model"], cache_dir)
-    batch = opts["inputs"] or inputs_mod.default_batch(model, cache_dir)
-    arrays = inputs_mod.load_npz(batch)
-    inputs_mod.check_inputs(model.path, arrays)
-    outputs = tuple(opts["outputs"]) or model.spec.outputs
     session_options = {}
-    if opts["graph_opt"]:
+    if opts.get("graph_opt"):
         session_options["graph_optimization_level"] = opts["graph_opt"]
-    if opts["threads"] is not None:
+    if opts.get("threads") is not None:
         session_options["intra_op_num_threads"] = opts["threads"]
-    key = {
-        "model": model.digest,
-        "batch": inputs_mod.arrays_digest(arrays),
-        "outputs": list(outputs),
-        "session_options": session_options,
-        **runner.provenance(),
-    }
-    run_id = opts["resume"] or run_id_for(model.name, key)
-    info = {"model": {"name": model.name, "source": model.spec.source, "path": str(model.path), "digest": model.digest,
-                      "data_files": [str(p) for p in model.data_files]},
-            "batch": {"path": str(batch), "digest": key["batch"]}}
-    store = RunStore.open(opts["results_dir"], run_id, key, info, sys.argv)
-    job = ProbeJob(model.path, Path(batch).resolve(), outputs, session_options, opts["timeout"])
-    return Plan(runner, releases, store, job, predicate, reference)
+    return SearchSpec(
+        model=opts["model"], from_=opts["from_"], to=opts["to"], inputs=opts["inputs"], outputs=tuple(opts["outputs"]),
+        arch=opts["arch"], backend=opts["backend"], cpu=opts["cpu"], python=opts["python"],
+        cache_dir=opts["cache_dir"], offline=opts["offline"], results_dir=opts["results_dir"], resume=opts["resume"],
+        timeout=opts["timeout"], bad_if=opts["bad_if"], reference=opts["reference"], session_options=session_options,
+    )
 
 
 class Progress:
@@ -306,7 +261,9 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
     from harness.driver import Driver
     from harness.report import exit_status, summary, table
 
-    plan = _plan(opts)
+    from harness.plan import make_plan
+
+    plan = make_plan(_spec(opts))
     with Progress(err, len(plan.releases)) as progress:
         driver = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
                         observer=progress, jobs=opts["jobs"])

@@ -1,0 +1,106 @@
+"""From what a user asked for (model, range, target, options) to what a search needs.
+
+Shared by every command that probes (run, sweep, trace, matrices): the model is
+resolved and checked, the batch loaded and checked against it, the runner made,
+the releases listed, and the results store opened under the run's key.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness import inputs as inputs_mod
+from harness import models
+from harness.errors import UsageError
+from harness.probe import ProbeJob
+from harness.results import RunStore, run_id_for
+from harness.runners import Runner, make_runner
+from harness.runners.uv import uv_bin
+from harness.verdicts import Predicate, parse_predicate
+from harness.versions import Release, ReleaseIndex, Target, select_range
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    model: str
+    from_: str
+    to: str
+    inputs: Path | None = None
+    outputs: tuple[str, ...] = ()
+    arch: str = "x86_64"
+    backend: str = "auto"
+    cpu: str | None = None
+    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cache_dir: Path = Path.home() / ".cache" / "ortbisect"
+    offline: bool = False
+    results_dir: Path = Path("results")
+    resume: str | None = None
+    timeout: float = 600.0
+    bad_if: str = "nan-or-inf"
+    reference: Path | None = None
+    session_options: dict = field(default_factory=dict)
+
+
+@dataclass
+class ProbeInputs:
+    """A checked model and batch: what every probe of a run feeds the worker."""
+
+    model: models.ResolvedModel
+    batch: Path
+    batch_digest: str
+    outputs: tuple[str, ...]
+
+
+@dataclass
+class Plan:
+    runner: Runner
+    releases: list[Release]
+    store: RunStore
+    job: ProbeJob
+    predicate: Predicate
+    reference: dict[str, np.ndarray] | None
+    probe_inputs: ProbeInputs
+
+
+def probe_inputs(model: str, inputs: Path | None, outputs: tuple[str, ...], cache_dir: Path) -> ProbeInputs:
+    resolved = models.resolve(model, cache_dir)
+    batch = Path(inputs) if inputs else inputs_mod.default_batch(resolved, cache_dir)
+    arrays = inputs_mod.load_npz(batch)
+    inputs_mod.check_inputs(resolved.path, arrays)
+    return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), tuple(outputs) or resolved.spec.outputs)
+
+
+def releases_in(spec: SearchSpec) -> list[Release]:
+    return select_range(ReleaseIndex(spec.cache_dir, uv_bin(), spec.offline).releases(), spec.from_, spec.to)
+
+
+def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
+    predicate = parse_predicate(spec.bad_if)
+    reference = None
+    if predicate.needs_reference:
+        if not spec.reference:
+            raise UsageError(f"--bad-if {predicate}: give the reference outputs with --reference FILE.npz")
+        reference = inputs_mod.load_npz(spec.reference)
+    elif spec.reference:
+        raise UsageError("--reference is used only with --bad-if rel-diff>B")
+    runner = make_runner(spec.backend, Target(spec.arch, spec.python), spec.cache_dir, spec.cpu)
+    releases = releases_in(spec)
+    pi = probe_inputs(spec.model, spec.inputs, spec.outputs, spec.cache_dir)
+    key = {
+        "model": pi.model.digest,
+        "batch": pi.batch_digest,
+        "outputs": list(pi.outputs),
+        "session_options": spec.session_options,
+        **runner.provenance(),
+    }
+    run_id = spec.resume or run_id_for(pi.model.name, key)
+    info = {"model": {"name": pi.model.name, "source": pi.model.spec.source, "path": str(pi.model.path),
+                      "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
+            "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
+    store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
+    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout)
+    return Plan(runner, releases, store, job, predicate, reference, pi)
