@@ -1,0 +1,1 @@
+"""Commands beyond the core search, one module each; `harness.cli` registers them."""
