@@ -136,14 +136,18 @@ def test_fp32_twin_has_the_same_weights():
 
 def test_materialize(tmp_path):
     info = materialize("gemma-tiny-fused", tmp_path / "m")
-    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.onnx", "model_fp32.onnx",
-                                                                  "tokenizer.json"]
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["materialized.json", "model.onnx",
+                                                                  "model_fp32.onnx", "tokenizer.json"]
     for key, name in (("model", "model.onnx"), ("model_fp32", "model_fp32.onnx"), ("tokenizer", "tokenizer.json")):
         data = info[key].read_bytes()
         assert hashlib.sha256(data).hexdigest() == info["sha256"][name]
     assert info["model"].read_bytes() == model_bytes("gemma-tiny-fused")
+    mtime = info["model"].stat().st_mtime_ns
     again = materialize("gemma-tiny-fused", tmp_path / "m")
     assert again["sha256"] == info["sha256"]
+    assert info["model"].stat().st_mtime_ns == mtime  # reused, not rewritten
+    info["model"].write_bytes(b"tampered")
+    assert materialize("gemma-tiny-fused", tmp_path / "m")["model"].read_bytes() == model_bytes("gemma-tiny-fused")
     with pytest.raises(KeyError):
         materialize("nope", tmp_path / "x")
 

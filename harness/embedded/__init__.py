@@ -14,6 +14,7 @@ sha256 digests.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -64,12 +65,36 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
         raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
     dest = Path(dest_dir)
     dest.mkdir(parents=True, exist_ok=True)
+    recipe = {"variant": variant, "seed": seed, "code": _code_digest()}
+    stamp = dest / "materialized.json"
+    try:
+        made = json.loads(stamp.read_text())
+        if made["recipe"] == recipe and all(
+            hashlib.sha256((dest / name).read_bytes()).hexdigest() == digest for name, digest in made["sha256"].items()
+        ):
+            return _paths(dest, variant, seed, made["sha256"])  # same code, same seed: same bytes
+    except (OSError, ValueError, KeyError):
+        pass
     files = {
         "model.onnx": model_bytes(variant, dtype="float16", seed=seed),
         "model_fp32.onnx": model_bytes(variant, dtype="float32", seed=seed),
         "tokenizer.json": build_tokenizer().to_str().encode("utf-8"),
     }
     digests = {name: _write_atomic(dest / name, data) for name, data in files.items()}
+    _write_atomic(stamp, json.dumps({"recipe": recipe, "sha256": digests}).encode())
+    return _paths(dest, variant, seed, digests)
+
+
+def _code_digest() -> str:
+    """The generator's own source: a change to it makes new models."""
+    here = Path(__file__).parent
+    h = hashlib.sha256()
+    for name in ("generator.py", "tokenizer.py"):
+        h.update((here / name).read_bytes())
+    return h.hexdigest()
+
+
+def _paths(dest: Path, variant: str, seed: int, digests: dict) -> dict:
     return {
         "variant": variant,
         "seed": seed,
