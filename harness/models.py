@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,7 +85,7 @@ def resolve(model: str, cache_dir: Path) -> ResolvedModel:
     spec = specs[model]
     if spec.source == "hub":
         files = fetch_hub(spec)
-        resolved = check_local(files[spec.model_file], spec, cache_dir)
+        resolved = check_local(hub_probe_copy(spec, files, cache_dir), spec, cache_dir)
         resolved.tokenizer = files.get(spec.tokenizer_file) if spec.tokenizer_file else None
         return resolved
     if spec.source == "generated":
@@ -121,6 +122,32 @@ def fetch_hub(spec: ModelSpec) -> dict[str, Path]:
             raise UsageError(f"model {spec.name}: {name} resolved outside revision {spec.revision[:12]}: {path}")
         files[name] = path
     return files
+
+
+def hub_probe_copy(spec: ModelSpec, files: dict[str, Path], cache_dir: Path) -> Path:
+    """The model and its external data as plain files in one directory of the cache.
+
+    The huggingface_hub cache keeps files as symlinks into blobs/, and
+    onnxruntime from 1.24.1 on refuses external data whose real path leaves the
+    model's directory: each probe would be an *error* there. Hard links (a copy
+    across filesystems) make the files the directory's own, without a copy.
+    """
+    dest = cache_dir / "models" / f"{spec.name}-{spec.revision[:12]}"
+    for name in (spec.model_file, *spec.extra_files):
+        link_or_copy(files[name].resolve(), dest / name)
+    return dest / spec.model_file
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists() and os.path.samefile(src, dst):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
 
 
 def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:

@@ -46,7 +46,7 @@ def hub_cache(root: Path, revision: str) -> Path:
     staging = root / "staging"
     (staging / "onnx").mkdir(parents=True)
     onnx.save_model(tiny_embedder(), str(staging / SPEC.model_file), save_as_external_data=True,
-                    all_tensors_to_one_file=True, location=Path(SPEC.extra_files[0]).name, size_threshold=0)
+                    all_tensors_to_one_file=True, location=Path(SPEC.extra_files[0]).name, size_threshold=256)
     words = "<pad> <unk> lorem ipsum dolor sit amet , . consectetur adipiscing elit".split()
     tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -78,7 +78,7 @@ try:
     m = models.resolve("embeddinggemma", Path({str(cache)!r}))
     batch = inputs.load_npz(inputs.default_batch(m, Path({str(cache)!r})))
     inputs.check_inputs(m.path, batch)
-    print(json.dumps({{"files": {{k: str(v) for k, v in files.items()}}, "digest": m.digest,
+    print(json.dumps({{"files": {{k: str(v) for k, v in files.items()}}, "digest": m.digest, "path": str(m.path),
                       "shape": list(batch["input_ids"].shape), "data": [str(p) for p in m.data_files]}}))
 except UsageError as exc:
     print(exc, file=sys.stderr); sys.exit(2)
@@ -95,6 +95,11 @@ def test_pinned_files_come_from_the_pinned_snapshot(tmp_path):
     assert set(doc["files"]) == {SPEC.model_file, *SPEC.extra_files, SPEC.tokenizer_file}
     assert all(f"/snapshots/{SPEC.revision}/" in p for p in doc["files"].values())
     assert doc["data"] and doc["data"][0].endswith("model_fp16.onnx_data")
+    # probes read plain files in one directory (onnxruntime >= 1.24.1 rejects data symlinked out of it)
+    probe_model, probe_data = Path(doc["path"]), Path(doc["data"][0])
+    assert probe_model.parent == probe_data.parent
+    assert not probe_model.is_symlink() and not probe_data.is_symlink()
+    assert probe_model.read_bytes() == Path(doc["files"][SPEC.model_file]).read_bytes()
     assert doc["shape"][0] == 20  # the report's batch: 20 texts
 
 
@@ -125,3 +130,15 @@ def test_models_lists_every_registered_model(bisect, tmp_path):
     gen = rows["gemma-tiny-fused"]
     assert gen["source"] == "generated" and gen["batch"] == "embeddinggemma-report"
     assert "sentence_embedding: float32[batch, 64]" in gen["outputs"]
+
+
+@pytest.mark.release
+def test_hub_model_runs_on_1_24_1(bisect, tmp_path):
+    """onnxruntime >= 1.24.1 rejects external data symlinked out of the model's directory,
+    which is how the huggingface_hub cache stores files: probes must not see the symlinks."""
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    r = bisect("sweep", "--model", "embeddinggemma", "--from", "1.24.1", "--to", "1.24.1", "--json",
+               env={"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"})
+    assert r.returncode == 3, r.stderr
+    (probe,) = r.json()["probes"]
+    assert (probe["verdict"], probe["rows"]) == ("good", 20), probe

@@ -75,7 +75,6 @@ def test_k_ary_search_finds_the_same_boundary_in_fewer_rounds(k):
 
 
 def test_prefetch_names_the_next_round_either_way():
-    truth = [G] * 9 + [B] * 13
     known = [None] * 22
     known[0], known[21] = G, B
     step = bisect_step(known)
