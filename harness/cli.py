@@ -33,6 +33,7 @@ def cli():
 @probe_options
 @click.option("--mode", type=click.Choice(["regression", "fix"]), default="regression", show_default=True,
               help="regression: first bad after good; fix: first good after bad.")
+@click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
 def run(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""
     return _search(opts, sweep=False)
@@ -44,6 +45,7 @@ def run(**opts):
 @target_options
 @store_options
 @probe_options
+@click.option("--explain", is_flag=True, help="Trace the first transition's pair and say which node's numerics changed.")
 def sweep(**opts):
     """Probe every release of the range and list each transition."""
     return _search({**opts, "mode": "regression"}, sweep=True)
@@ -205,11 +207,32 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
         except OSError as exc:
             raise UsageError(f"cannot record results in {plan.store.dir}: {exc.strerror or exc}") from None
     doc = summary(outcome, opts["mode"], plan.store.run_id, sweep=sweep)
+    if opts.get("explain") and doc["status"] == "found":
+        from harness.commands.explain import explain_pair
+
+        lo, hi = plan.releases[outcome.step.lo].version, plan.releases[outcome.step.hi].version
+        result, chart = explain_pair(plan, lo, hi)
+        doc["explanation"] = {"text": result.explanation, "suspect": result.suspect, "pair": [lo, hi],
+                              "diff": str(plan.store.dir / "traces" / f"diff-{lo}-{hi}.json"),
+                              "chart": str(chart) if chart else None}
+        (plan.store.dir / "explanation.json").write_text(json.dumps(doc["explanation"], indent=1))
     if not opts["as_json"]:
         out.print(table(doc))
         out.print(doc["message"])
+        if "explanation" in doc:
+            out.print(escape(doc["explanation"]["text"]))
         out.print(f"[dim]results: {plan.store.dir}[/]")
     return exit_status(doc), doc
+
+
+def _register_commands() -> None:
+    from harness.commands.explain import diff_command, trace_command
+
+    cli.add_command(trace_command)
+    cli.add_command(diff_command)
+
+
+_register_commands()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,6 +50,7 @@ def bisect(cache_dir, tmp_path):
                               env={**os.environ, "COLUMNS": "200", **(env or {})})
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
+    run.cache_dir = cache_dir
     return run
 
 

@@ -1,0 +1,742 @@
+"""Explain a regression: trace a model's intermediate tensors on one release, diff two traces.
+
+A trace is evidence, not a verdict (PLATFORM.md, "Graph surgery facts"):
+
+* The verdict, the NaN rows and the optimized graph always come from one probe
+  of the UNMODIFIED model (session option `optimized_model_filepath`).
+* The intermediate tensors come from passes over a copy of the model with some
+  of them exposed as graph outputs (`surgery.expose`), a bounded number of bytes
+  per pass (`surgery.chunk`), through the ordinary probe worker, which returns
+  only statistics (dtype, shape, min, max, max |x|, NaN/Inf counts and rows,
+  sha256). No tensor is written to disk unless `dump` names it.
+* Observer effect: exposing a tensor makes onnxruntime materialize it in its
+  declared dtype (fp16), so a value an fp32 island kept finite reads Inf in the
+  trace. Each tensor statistic is marked `visibility`:
+    "seen"           the tensor exists under its own name in the optimized graph of the
+                     unmodified model: its consumer read this very fp16 value
+    "observed-only"  only its fp32 island copy existed, or it was fused away: it was
+                     rounded to fp16 only to be observed
+    "unknown"        the optimized graph could not be saved
+  `first_nonfinite` is the first NaN/Inf among "seen" tensors (what really
+  happened: the origin of the NaN rows); `first_nonfinite_any` is the first
+  NaN/Inf among all of them (what would overflow if the value were rounded).
+* Exposing can also change the computation: a consumer may read the rounded
+  copy of an exposed island tensor (in a Gemma-shaped model, exposing every
+  tensor turned rows NaN that the unmodified model keeps finite). So:
+    clean passes    expose only "seen" tensors, which the unmodified run
+                    materializes anyway; their model outputs must match the
+                    unmodified run's (else `perturbed` is set: do not trust them)
+    observe passes  expose the rest; a tensor downstream of an exposed non-finite
+                    value of the same pass is traced again in a later pass without
+                    it ("peeling", one overflow point per round, MAX_PEEL_ROUNDS)
+  Observed values still carry the fp16 rounding of exposed neighbours (small
+  relative differences), which is why they are evidence, not a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from harness import surgery
+from harness.probe import ProbeJob, run_probe
+from harness.runners.base import Runner
+from harness.verdicts import Predicate, classify, rows_summary
+from harness.versions import Release
+
+FP16_MAX = surgery.FP16_MAX
+DEFAULT_BUDGET = 256 << 20
+OPT_DATA_MIN_BYTES = 1024  # initializers above this go to the optimized model's external data file
+
+
+# --- results -----------------------------------------------------------------------------
+
+
+@dataclass
+class TensorStat:
+    name: str
+    dtype: str
+    shape: list | None = None
+    min: float | None = None
+    max: float | None = None
+    max_abs: float | None = None  # over finite values
+    nan: int = 0
+    inf: int = 0
+    rows: int = 0
+    nan_rows: int = 0
+    inf_rows: int = 0
+    sha256: str | None = None
+    headroom: float | None = None  # max_abs / 65504 for fp16 tensors
+    visibility: str = "unknown"  # seen | observed-only | unknown
+    source: str = "exposed"  # model (an output of the unmodified run) | exposed | unavailable
+    note: str = ""
+
+    @property
+    def nonfinite(self) -> bool:
+        return bool(self.nan or self.inf)
+
+    @property
+    def available(self) -> bool:
+        return self.source != "unavailable"
+
+
+@dataclass
+class NodeTrace:
+    name: str
+    op_type: str
+    layer: int | None
+    inputs: list[str]
+    outputs: list[TensorStat]
+    precision: surgery.NodePrecision | None = None
+
+
+@dataclass
+class TraceResult:
+    version: str
+    provenance: dict
+    model: str
+    inputs: str
+    status: str  # of the unmodified probe: ran / error / crash / timeout / skip
+    verdict: str
+    reason: str
+    rows: int = 0
+    nan_rows: int = 0
+    inf_rows: int = 0
+    outputs: list[dict] = field(default_factory=list)  # unmodified run's output stats
+    nodes: list[NodeTrace] = field(default_factory=list)  # topological order
+    first_nonfinite: str | None = None  # node; among "seen" tensors
+    first_nonfinite_tensor: str | None = None
+    first_nonfinite_any: str | None = None  # node; among all tensors
+    first_nonfinite_any_tensor: str | None = None
+    above_50: list[str] = field(default_factory=list)  # fp16 tensors past 50 % of 65504 (or non-finite)
+    above_90: list[str] = field(default_factory=list)
+    residual: list[dict] = field(default_factory=list)  # per layer: layer, node, tensor, max_abs, headroom, nonfinite
+    precision: dict[str, surgery.NodePrecision] = field(default_factory=dict)
+    passes: list[dict] = field(default_factory=list)
+    perturbed: bool = False
+    unavailable: list[str] = field(default_factory=list)  # floating-point tensors no pass could expose
+    dumps: dict[str, str] = field(default_factory=dict)
+    optimized_model: str | None = None
+    seconds: float = 0.0
+
+    def node(self, name: str) -> NodeTrace | None:
+        return next((n for n in self.nodes if n.name == name), None)
+
+    def tensor(self, name: str) -> TensorStat | None:
+        for n in self.nodes:
+            for t in n.outputs:
+                if t.name == name:
+                    return t
+        return None
+
+
+# --- tracing -----------------------------------------------------------------------------
+
+
+def _stat(doc: dict, info: surgery.TensorInfo | None, visibility: str, source: str) -> TensorStat:
+    dtype = doc.get("dtype") or (info.dtype if info else "unknown")
+    t = TensorStat(
+        name=doc["name"], dtype=dtype, shape=doc.get("shape"), min=doc.get("min"), max=doc.get("max"),
+        max_abs=doc.get("max_abs"), nan=doc.get("nan", 0), inf=doc.get("inf", 0), rows=doc.get("rows", 0),
+        nan_rows=doc.get("nan_rows", 0), inf_rows=doc.get("inf_rows", 0), sha256=doc.get("sha256"),
+        visibility=visibility, source=source,
+    )
+    if dtype == "float16" and t.max_abs is not None:
+        t.headroom = t.max_abs / FP16_MAX
+    return t
+
+
+def _log(log, msg):
+    if log:
+        log(msg)
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_") or "tensor"
+
+
+def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Path,
+          budget_bytes: int = DEFAULT_BUDGET, dump: list[str] | tuple[str, ...] = (),
+          session_options: dict | None = None, timeout: float = 600.0,
+          predicate: Predicate | None = None, log=None, outputs: tuple[str, ...] = ()) -> TraceResult:
+    """Trace every floating-point intermediate tensor of `model` on `release`.
+
+    `model` is a ResolvedModel or a path to an .onnx file (external data next to
+    it is used in place, never copied or loaded). `workdir` receives the
+    optimized graph, the exposed copy (symlinks to the data) and dumps.
+    """
+    t0 = time.perf_counter()
+    model_path = Path(getattr(model, "path", model))
+    inputs_npz = Path(inputs_npz)
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    base_opts = dict(session_options or {})
+    predicate = predicate or Predicate()
+
+    # (a) the unmodified model: verdict and the optimized graph
+    opt_dir = workdir / f"optimized-{release.version}"
+    shutil.rmtree(opt_dir, ignore_errors=True)
+    opt_dir.mkdir(parents=True)
+    opt_path = opt_dir / "optimized.onnx"
+    config = {**base_opts.get("config", {}),
+              "session.optimized_model_external_initializers_file_name": "optimized.onnx.data",
+              "session.optimized_model_external_initializers_min_size_in_bytes": OPT_DATA_MIN_BYTES}
+    opts = {**base_opts, "optimized_model_filepath": str(opt_path), "config": config}
+    _log(log, f"trace {release.version}: unmodified model")
+    # The verdict, as in `bisect run`, from the outputs the run checks.
+    base = run_probe(runner, release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout),
+                     workdir / "probe-base", None)
+    verdict, reason = classify(base, predicate)
+    rs = rows_summary(base.get("result"))
+    result = TraceResult(
+        version=release.version, provenance=base.get("provenance", {}), model=str(model_path), inputs=str(inputs_npz),
+        status=base["status"], verdict=verdict, reason=reason, rows=rs["rows"], nan_rows=rs["nan_rows"],
+        inf_rows=rs["inf_rows"], outputs=list((base.get("result") or {}).get("outputs") or []),
+    )
+
+    original = onnx.load(str(model_path), load_external_data=False)
+    infos = surgery.intermediates(original)
+    optimized = None
+    if base["status"] == "ran" and opt_path.is_file():
+        try:
+            optimized = onnx.load(str(opt_path), load_external_data=False)
+            result.optimized_model = str(opt_path)
+        except Exception:  # noqa: BLE001 - an unreadable optimized graph only loses the precision map
+            optimized = None
+    if optimized is not None:
+        result.precision = surgery.precision_map(original, optimized)
+        visibility = surgery.tensor_visibility(original, optimized)
+    else:
+        visibility = {}
+
+    # (b) passes over the exposed copy
+    graph_outputs = [o.name for o in original.graph.output]
+    base_out = {o["name"]: o for o in result.outputs}
+    wanted = [i for i in infos if i.is_float and i.name not in base_out]
+    skipped = [i for i in infos if i.name not in base_out and not i.is_float]
+    with np.load(inputs_npz) as data:
+        shapes = {k: data[k].shape for k in data.files}
+    dims = surgery.dim_values_from_inputs(original, shapes)
+    stats: dict[str, TensorStat] = {}
+    by_name = {i.name: i for i in infos}
+    if result.status == "ran":
+        exposed_dir = workdir / "exposed"
+        concrete = {i.name: i for i in surgery.intermediates(original, dims)}  # shapes of this batch, for sizes
+        ctx = _PassContext(runner, release, model_path, inputs_npz, workdir, exposed_dir, infos, graph_outputs,
+                           base_out, base_opts, timeout, dims, budget_bytes, visibility, log, concrete)
+        # Clean passes: tensors the unmodified run materializes anyway; exposing them changes nothing.
+        clean = [i for i in wanted if visibility.get(i.name) == "seen"]
+        stats.update(ctx.run(clean, "clean", result))
+        # Observe passes: the rest. Exposing an island tensor may feed its rounded copy to its
+        # consumers, so a non-finite exposed value taints what is downstream of it in that pass:
+        # those tensors are traced again without it (peeling), one overflow point per round.
+        pending = [i for i in wanted if visibility.get(i.name) != "seen"]
+        producers = _producers(original)
+        for round_ in range(MAX_PEEL_ROUNDS):
+            if not pending:
+                break
+            got = ctx.run(pending, f"observe-{round_ + 1}", result)
+            tainted: set[str] = set()
+            for members in ctx.groups:  # contamination happens only within one pass
+                bad = {n for n in members if n in got and got[n].available and got[n].nonfinite}
+                tainted |= _downstream(original, producers, bad) & set(members)
+            redo = [i for i in pending if i.name in tainted]
+            stats.update({n: t for n, t in got.items() if n not in tainted})
+            pending = redo
+        for i in pending:  # still downstream of an exposed overflow after MAX_PEEL_ROUNDS
+            t = ctx.last.get(i.name)
+            if t is not None:
+                t.note = "downstream of an exposed overflow (value may be perturbed)"
+                stats[i.name] = t
+        if dump:
+            result.dumps = _dump(runner, release, model_path, infos, list(dump), inputs_npz, workdir, base_opts, timeout)
+        shutil.rmtree(exposed_dir, ignore_errors=True)
+    for o in result.outputs:
+        stats[o["name"]] = _stat(o, by_name.get(o["name"]), "seen", "model")
+    for i in skipped:
+        stats.setdefault(i.name, TensorStat(i.name, i.dtype, source="unavailable", note="not floating point"))
+
+    # (c) per node, in topological order
+    nodes: dict[str, NodeTrace] = {}
+    node_inputs = {surgery.node_key(n): [t for t in n.input if t] for n in original.graph.node}
+    for i in infos:
+        nt = nodes.get(i.node)
+        if nt is None:
+            nt = nodes[i.node] = NodeTrace(i.node, i.op_type, surgery.layer_of(i.node), node_inputs.get(i.node, []), [],
+                                           result.precision.get(i.node))
+        nt.outputs.append(stats.get(i.name) or TensorStat(i.name, i.dtype, source="unavailable"))
+    result.nodes = list(nodes.values())
+    _summarize(result, original)
+    result.seconds = time.perf_counter() - t0
+    return result
+
+
+
+MAX_PEEL_ROUNDS = 8
+
+
+def _producers(model: onnx.ModelProto) -> dict[str, list[str]]:
+    """tensor -> the tensors its producer reads."""
+    return {o: [t for t in n.input if t] for n in model.graph.node for o in n.output if o}
+
+
+def _downstream(model: onnx.ModelProto, producers: dict[str, list[str]], roots: set[str]) -> set[str]:
+    """Tensors computed from any of `roots` (the roots excluded)."""
+    if not roots:
+        return set()
+    tainted: set[str] = set()
+    for node in surgery.topological_nodes(model.graph):
+        if any(t in roots or t in tainted for t in node.input if t):
+            tainted.update(o for o in node.output if o)
+    return tainted - roots
+
+
+@dataclass
+class _PassContext:
+    runner: Runner
+    release: Release
+    model_path: Path
+    inputs_npz: Path
+    workdir: Path
+    exposed_dir: Path
+    infos: list
+    graph_outputs: list
+    base_out: dict
+    opts: dict
+    timeout: float
+    dims: dict
+    budget: int
+    visibility: dict
+    log: object
+    concrete: dict
+    count: int = 0
+    last: dict = field(default_factory=dict)
+    groups: list = field(default_factory=list)  # tensor names of each pass of the last run()
+
+    def run(self, wanted: list, kind: str, result: TraceResult) -> dict[str, TensorStat]:
+        """Expose `wanted` in passes within the byte budget; stats by tensor name."""
+        by_name = {i.name: i for i in self.infos}
+        stats: dict[str, TensorStat] = {}
+        sized = [self.concrete.get(i.name, i) for i in wanted]
+        unknown = max([s for s in (i.nbytes(self.dims) for i in self.concrete.values()) if s] or [surgery.DEFAULT_UNKNOWN_BYTES])
+        queue = surgery.chunk(sized, self.budget, self.dims, unknown_bytes=max(unknown, 1 << 20))
+        self.groups = []
+        while queue:
+            group = queue.pop(0)
+            self.count += 1
+            names = [i.name for i in group]
+            self.groups.append(names)
+            _log(self.log, f"trace {self.release.version}: pass {self.count} {kind} ({len(names)} tensors)")
+            path = surgery.expose(self.model_path, names, self.exposed_dir, self.infos)
+            rec = run_probe(self.runner, self.release,
+                            ProbeJob(path, self.inputs_npz, tuple(names + self.graph_outputs), self.opts, self.timeout),
+                            self.workdir / f"probe-pass-{self.count}", None)
+            info = {"pass": self.count, "kind": kind, "tensors": len(names), "status": rec["status"],
+                    "seconds": rec.get("seconds"), "peak_rss_mb": (rec.get("result") or {}).get("peak_rss_mb"),
+                    "perturbed": False}
+            result.passes.append(info)
+            if rec["status"] != "ran":
+                info["reason"] = rec.get("reason")
+                whole = "External data" in (rec.get("reason") or "")  # every pass would fail the same way
+                if len(group) > 1 and rec["status"] in ("error", "crash") and not whole:
+                    half = len(group) // 2
+                    queue[:0] = [group[:half], group[half:]]  # find the tensor it cannot expose
+                else:
+                    for i in group:
+                        stats[i.name] = TensorStat(i.name, i.dtype, source="unavailable",
+                                                   note=f"{rec['status']}: {rec.get('reason', '')}"[:200])
+                continue
+            for o in rec["result"]["outputs"]:
+                if o["name"] in self.base_out:
+                    if o.get("sha256") != self.base_out[o["name"]].get("sha256"):
+                        info["perturbed"] = True
+                    continue
+                stats[o["name"]] = _stat(o, by_name.get(o["name"]), self.visibility.get(o["name"], "unknown"), "exposed")
+            result.perturbed |= info["perturbed"] and kind == "clean"
+        self.last = stats
+        return stats
+
+
+def _dump(runner, release, model_path, infos, names, inputs_npz, workdir, opts, timeout) -> dict[str, str]:
+    """One extra pass that saves only the named tensors, each as <workdir>/<name>.npz."""
+    known = {i.name for i in infos}
+    graph_outputs = {o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output}
+    missing = [n for n in names if n not in known and n not in graph_outputs]
+    if missing:
+        raise KeyError(f"cannot dump {missing}: not tensors of the model")
+    path = surgery.expose(model_path, [n for n in names if n not in graph_outputs], workdir / "exposed", infos)
+    tmp = workdir / "dump-all.npz"
+    rec = run_probe(runner, release, ProbeJob(path, inputs_npz, tuple(names), opts, timeout), workdir / "probe-dump", tmp)
+    out = {}
+    if rec["status"] == "ran" and tmp.is_file():
+        with np.load(tmp) as data:
+            for n in names:
+                dest = workdir / f"{_safe(n)}.npz"
+                np.savez(dest, **{"value": data[n]})
+                out[n] = str(dest)
+    tmp.unlink(missing_ok=True)
+    return out
+
+
+def _summarize(result: TraceResult, original: onnx.ModelProto) -> None:
+    for n in result.nodes:
+        for t in n.outputs:
+            if not t.available:
+                if t.note != "not floating point":
+                    result.unavailable.append(t.name)
+                continue
+            if t.nonfinite:
+                if result.first_nonfinite_any is None:
+                    result.first_nonfinite_any, result.first_nonfinite_any_tensor = n.name, t.name
+                if t.visibility == "seen" and result.first_nonfinite is None:
+                    result.first_nonfinite, result.first_nonfinite_tensor = n.name, t.name
+            if t.dtype == "float16":
+                h = math.inf if t.nonfinite else (t.headroom or 0.0)
+                if h > 0.5:
+                    result.above_50.append(t.name)
+                if h > 0.9:
+                    result.above_90.append(t.name)
+    by_node = {n.name: n for n in result.nodes}
+    for layer, adds in surgery.residual_nodes(original).items():
+        best = None
+        for name in adds:
+            nt = by_node.get(name)
+            if nt is None or not nt.outputs or not nt.outputs[0].available:
+                continue
+            t = nt.outputs[0]
+            key = (t.nonfinite, t.max_abs or 0.0)
+            if best is None or key > best[0]:
+                best = (key, name, t)
+        if best is None:
+            continue
+        _, name, t = best
+        result.residual.append({"layer": layer, "node": name, "tensor": t.name, "max_abs": t.max_abs,
+                                "headroom": t.headroom, "nonfinite": t.nonfinite, "visibility": t.visibility})
+
+
+# --- diff --------------------------------------------------------------------------------
+
+
+@dataclass
+class DiffResult:
+    a: str  # versions
+    b: str
+    a_verdict: str
+    b_verdict: str
+    a_nan_rows: int
+    b_nan_rows: int
+    rows: int
+    first_divergent: dict | None = None  # first tensor beyond rtol (stats proxy)
+    first_bits_differ: dict | None = None  # first tensor whose sha256 differs
+    first_nonfinite_flip: dict | None = None  # first tensor non-finite and "seen" on one side only
+    first_nonfinite_flip_any: dict | None = None  # same, ignoring visibility
+    precision_changes: list[dict] = field(default_factory=list)
+    suspect: str | None = None  # node the explanation names as most likely cause
+    explanation: str = ""
+
+
+def _rel(x, y) -> float:
+    if x is None and y is None:
+        return 0.0
+    if x is None or y is None:
+        return math.inf
+    d = abs(x - y)
+    return 0.0 if d == 0 else d / max(abs(x), abs(y), 1e-30)
+
+
+def _stats_rel(a: TensorStat, b: TensorStat) -> float:
+    if (a.nan, a.inf) != (b.nan, b.inf) or a.shape != b.shape:
+        return math.inf
+    return max(_rel(a.max_abs, b.max_abs), _rel(a.min, b.min), _rel(a.max, b.max))
+
+
+def _prec_key(p: surgery.NodePrecision | None):
+    if p is None:
+        return None
+    return (p.precision, p.ran_as, p.fused_precision)
+
+
+def _prec_doc(p: surgery.NodePrecision | None) -> dict | None:
+    return asdict(p) if p is not None else None
+
+
+def describe(p: surgery.NodePrecision | dict | None) -> str:
+    """Plain words for how a node ran."""
+    if p is None:
+        return "in an unknown precision"
+    d = asdict(p) if isinstance(p, surgery.NodePrecision) else p
+    prec = d["precision"]
+    if prec == "fused":
+        inner = {"fp16": "natively in fp16", "fp32-island": "in fp32", "fp32": "in fp32"}.get(d.get("fused_precision"), "")
+        return f"fused into {d.get('ran_as')} `{d.get('optimized_node')}`" + (f" ({inner})" if inner else "")
+    return {"fp16": "natively in fp16", "fp32-island": "in an fp32 island", "fp32": "in fp32",
+            "other": "without floating point", "removed": "removed by the optimizer",
+            "folded": "constant-folded", "unknown": "in an unknown way"}.get(prec, prec)
+
+
+def _tensor_doc(t: TensorStat | None) -> dict | None:
+    if t is None:
+        return None
+    return {k: getattr(t, k) for k in ("dtype", "min", "max", "max_abs", "nan", "inf", "nan_rows", "inf_rows",
+                                       "headroom", "visibility", "sha256")}
+
+
+def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
+    """Line up two traces by node name and say where and why they part."""
+    res = DiffResult(a.version, b.version, a.verdict, b.verdict, a.nan_rows, b.nan_rows, max(a.rows, b.rows))
+    b_nodes = {n.name: n for n in b.nodes}
+    for na in a.nodes:
+        nb = b_nodes.get(na.name)
+        if nb is None:
+            continue
+        tb_by = {t.name: t for t in nb.outputs}
+        for ta in na.outputs:
+            tb = tb_by.get(ta.name)
+            if tb is None or not ta.available or not tb.available:
+                continue
+            where = {"node": na.name, "op_type": na.op_type, "tensor": ta.name, "a": _tensor_doc(ta), "b": _tensor_doc(tb)}
+            if res.first_bits_differ is None and ta.sha256 != tb.sha256:
+                res.first_bits_differ = {**where, "rel": _stats_rel(ta, tb)}
+            if res.first_divergent is None and ta.sha256 != tb.sha256:
+                rel = _stats_rel(ta, tb)
+                if rel > rtol:
+                    res.first_divergent = {**where, "rel": rel}
+            if res.first_nonfinite_flip_any is None and ta.nonfinite != tb.nonfinite:
+                res.first_nonfinite_flip_any = where
+            seen_a = ta.nonfinite and ta.visibility == "seen"
+            seen_b = tb.nonfinite and tb.visibility == "seen"
+            if res.first_nonfinite_flip is None and seen_a != seen_b:
+                res.first_nonfinite_flip = {**where, "side": b.version if seen_b else a.version}
+        pa, pb = a.precision.get(na.name), b.precision.get(na.name)
+        if (pa is not None or pb is not None) and _prec_key(pa) != _prec_key(pb):
+            res.precision_changes.append({"node": na.name, "op_type": na.op_type, "layer": na.layer,
+                                          "a": _prec_doc(pa), "b": _prec_doc(pb)})
+    res.suspect, res.explanation = _explain(a, b, res)
+    return res
+
+
+def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | None, str]:
+    changes = {c["node"]: c for c in res.precision_changes}
+    verdicts = f"{a.version}: {a.verdict} ({a.nan_rows} NaN rows of {a.rows}); {b.version}: {b.verdict} ({b.nan_rows} NaN rows of {b.rows})."
+    flip = res.first_nonfinite_flip
+    if flip:
+        bad, good = (b, a) if flip["side"] == b.version else (a, b)
+        node, tensor = flip["node"], flip["tensor"]
+        tb = bad.tensor(tensor)
+        kind = "Inf" if tb and tb.inf else "NaN"
+        over = "its output exceeds 65504 there (Inf)" if kind == "Inf" else "its output is NaN there"
+        if node in changes:
+            pg, pb = good.precision.get(node), bad.precision.get(node)
+            return node, (f"`{node}` ran {describe(pg)} on {good.version} and {describe(pb)} on {bad.version}; "
+                          f"{over}, the first value a consumer really read as non-finite. {verdicts}")
+        consumers = [n for n in bad.nodes if tensor in n.inputs]
+        changed = [n.name for n in consumers if n.name in changes]
+        tg = good.tensor(tensor)
+        if changed:
+            c = changed[0]
+            also = (" (rounded to fp16 only for the trace, it reads " + ("Inf" if tg and tg.inf else "NaN") +
+                    f" on {good.version} too)") if tg and tg.nonfinite else ""
+            return c, (f"`{c}` ran {describe(good.precision.get(c))} on {good.version} and "
+                       f"{describe(bad.precision.get(c))} on {bad.version}. Its input `{tensor}` (from `{node}`) is "
+                       f"beyond the fp16 range{also}: on {good.version} it stayed in fp32, on {bad.version} it is "
+                       f"rounded to fp16 for `{c}` and becomes {kind}, and the rows turn NaN. {verdicts}")
+        if res.precision_changes:
+            first = res.precision_changes[0]
+            return first["node"], (f"`{node}` is the first node whose output a consumer read as {kind} on "
+                                   f"{bad.version} and not on {good.version}; its own precision did not change. The "
+                                   f"first precision change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
+                                   f"{describe(first['b'])} on {b.version}. {verdicts}")
+        return node, (f"`{node}` is the first node whose output is {kind} on {bad.version} and finite on "
+                      f"{good.version}, with the same precision on both: a kernel's arithmetic changed. {verdicts}")
+    if res.precision_changes:
+        first = res.precision_changes[0]
+        div = res.first_divergent
+        tail = f" The first output beyond tolerance is `{div['node']}`'s (relative difference {div['rel']:.3g})." if div else ""
+        return first["node"], (f"No value a consumer read turns non-finite on one release only. The first precision "
+                               f"change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
+                               f"{describe(first['b'])} on {b.version}.{tail} {verdicts}")
+    if res.first_divergent:
+        div = res.first_divergent
+        return div["node"], (f"Same precision everywhere; `{div['node']}` is the first node whose output differs "
+                             f"(relative difference {div['rel']:.3g} in its statistics): a kernel's arithmetic "
+                             f"changed. {verdicts}")
+    return None, f"The traces agree within tolerance. {verdicts}"
+
+
+# --- JSON --------------------------------------------------------------------------------
+
+
+def _clean(x):
+    """JSON without Infinity/NaN: non-finite floats become null."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def to_json(result: TraceResult | DiffResult) -> dict:
+    """A JSON-serializable dict of a trace or a diff (non-finite floats become null)."""
+    doc = asdict(result)
+    doc["kind"] = "trace" if isinstance(result, TraceResult) else "diff"
+    if isinstance(result, TraceResult):
+        doc["first_nonfinite_among"] = "seen"
+    return _clean(doc)
+
+
+def trace_from_json(doc: dict) -> TraceResult:
+    """Rebuild a TraceResult from `to_json` output (e.g. to diff stored traces)."""
+    doc = {k: v for k, v in doc.items() if k not in ("kind", "first_nonfinite_among")}
+    prec = {k: surgery.NodePrecision(**{**v, "casts": tuple(v.get("casts") or ())}) for k, v in (doc.pop("precision") or {}).items()}
+    nodes = []
+    for n in doc.pop("nodes") or []:
+        p = n.get("precision")
+        nodes.append(NodeTrace(n["name"], n["op_type"], n["layer"], n["inputs"], [TensorStat(**t) for t in n["outputs"]],
+                               surgery.NodePrecision(**{**p, "casts": tuple(p.get("casts") or ())}) if p else None))
+    return TraceResult(**doc, nodes=nodes, precision=prec)
+
+
+def save_json(result: TraceResult | DiffResult, path: Path) -> Path:
+    Path(path).write_text(json.dumps(to_json(result), indent=1))
+    return Path(path)
+
+
+# --- rendering ---------------------------------------------------------------------------
+
+
+def _fmt(x, spec=".5g") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _interesting(result: TraceResult) -> set[str]:
+    keep = set(result.above_50)
+    resid = {r["node"] for r in result.residual}
+    for n in result.nodes:
+        if n.name in resid or any(t.nonfinite for t in n.outputs if t.available) or any(t.source == "model" for t in n.outputs):
+            keep.update(t.name for t in n.outputs)
+    return keep
+
+
+def trace_table(result: TraceResult, all_nodes: bool = False):
+    """A rich renderable: summary lines and one row per tensor (by default only the
+    interesting ones: residual adds, past 50 % of fp16, non-finite, model outputs)."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    keep = None if all_nodes else _interesting(result)
+    t = Table(title=f"trace onnxruntime {result.version} ({result.verdict}: {result.reason})", title_justify="left")
+    for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
+                      ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
+                      ("", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    shown = 0
+    for i, n in enumerate(result.nodes):
+        for ts in n.outputs:
+            if keep is not None and ts.name not in keep:
+                continue
+            shown += 1
+            p = n.precision
+            how = n.op_type
+            if p is not None:
+                how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
+            style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
+            mark = "" if ts.available else ts.note or "unavailable"
+            if ts.nonfinite and ts.visibility != "seen":
+                mark = "observed only"
+            t.add_row(str(i), n.name, how, ts.name, ts.dtype, _fmt(ts.min), _fmt(ts.max), _fmt(ts.max_abs),
+                      "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
+                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", mark, style=style)
+    lines = [f"first non-finite (seen by a consumer): {result.first_nonfinite or 'none'}"
+             + (f" ({result.first_nonfinite_tensor})" if result.first_nonfinite else ""),
+             f"first non-finite (any, incl. observed only): {result.first_nonfinite_any or 'none'}",
+             f"fp16 tensors past 50 %: {len(result.above_50)}, past 90 %: {len(result.above_90)}"]
+    if result.residual:
+        lines.append("residual max |x| per layer: " + ", ".join(
+            f"{r['layer']}:" + (("Inf" if r["visibility"] == "seen" else "Inf (observed only)") if r["nonfinite"]
+                                else _fmt(r["max_abs"], ".3g")) for r in result.residual))
+    if result.unavailable:
+        lines.append(f"warning: {len(result.unavailable)} tensors could not be exposed (first: {result.unavailable[0]}); "
+                     "the first non-finite may be among them")
+    if result.perturbed:
+        lines.append("warning: a clean pass changed the model's outputs (observer effect): 'seen' values are suspect")
+    if keep is not None:
+        lines.append(f"{shown} of {sum(len(n.outputs) for n in result.nodes)} tensors shown")
+    return Group(t, Text("\n".join(lines)))
+
+
+def diff_table(result: DiffResult):
+    """A rich renderable of a diff: precision changes, first divergences, the explanation."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
+    for col in ("node", "op", result.a, result.b):
+        t.add_column(col, overflow="fold")
+    for c in result.precision_changes:
+        t.add_row(c["node"], c["op_type"], describe(c["a"]), describe(c["b"]))
+    lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
+             f"({result.b_nan_rows} NaN rows of {result.rows})"]
+    for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
+                     ("first output beyond tolerance", result.first_divergent),
+                     ("first output not bit-identical", result.first_bits_differ)):
+        if d:
+            lines.append(f"{label}: {d['node']} ({d['tensor']})")
+    lines.append("")
+    lines.append(result.explanation)
+    return Group(t, Text("\n".join(lines)))
+
+
+def headroom_chart(result: TraceResult | list[TraceResult], path: Path) -> Path:
+    """Per-layer residual headroom (max |x| / 65504) as SVG or PNG (by suffix).
+
+    Several traces (e.g. the two sides of a diff) are drawn on one chart.
+    Non-finite layers are drawn at the top edge with an x. Without
+    `/model/layers.<i>/` residual Adds, every fp16 tensor is drawn by
+    topological position instead.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = result if isinstance(result, list) else [result]
+    fig, ax = plt.subplots(figsize=(8, 4))
+    top = 1.2
+    per_layer = any(r.residual for r in results)
+    for r in results:
+        if per_layer:
+            xs = [d["layer"] for d in r.residual]
+            ys = [top if d["nonfinite"] else (d["headroom"] or 0.0) for d in r.residual]
+            bad = [(x, y) for x, y, d in zip(xs, ys, r.residual) if d["nonfinite"]]
+        else:
+            pts = [(i, top if t.nonfinite else t.headroom) for i, n in enumerate(r.nodes) for t in n.outputs
+                   if t.available and t.dtype == "float16" and (t.headroom is not None or t.nonfinite)]
+            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
+            bad = [p for p in pts if p[1] == top]
+        line, = ax.plot(xs, [min(y, top) for y in ys], marker="o", label=f"onnxruntime {r.version} ({r.verdict})")
+        if bad:
+            ax.scatter([p[0] for p in bad], [top for _ in bad], marker="x", s=80, color=line.get_color())
+    for level, style in ((0.5, ":"), (0.9, "--"), (1.0, "-")):
+        ax.axhline(level, color="grey", linestyle=style, linewidth=0.8)
+    ax.set_ylim(0, top + 0.05)
+    ax.set_xlabel("layer" if per_layer else "node (topological order)")
+    ax.set_ylabel("max |x| / 65504")
+    ax.set_title("fp16 headroom of the residual stream" if per_layer else "fp16 headroom per tensor")
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
