@@ -8,6 +8,7 @@ Progress goes to an observer; this module prints nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -151,5 +152,4 @@ class Driver:
         if self.jobs == 1 or "intra_op_num_threads" in self.job.session_options:
             return self.job
         share = max(1, (os.cpu_count() or 1) // self.jobs)
-        return ProbeJob(self.job.model, self.job.inputs, self.job.outputs,
-                        {**self.job.session_options, "intra_op_num_threads": share}, self.job.timeout)
+        return dataclasses.replace(self.job, session_options={**self.job.session_options, "intra_op_num_threads": share})

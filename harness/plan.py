@@ -43,6 +43,7 @@ class SearchSpec:
     bad_if: str = "nan-or-inf"
     reference: Path | None = None
     session_options: dict = field(default_factory=dict)
+    repeat: int = 1
 
 
 @dataclass
@@ -96,11 +97,12 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
         "outputs": list(pi.outputs),
         "session_options": spec.session_options,
         **runner.provenance(),
+        **({"repeat": spec.repeat} if spec.repeat > 1 else {}),  # a k-fold probe is not a single one
     }
     run_id = spec.resume or run_id_for(pi.model.name, key)
     info = {"model": {"name": pi.model.name, "source": pi.model.spec.source, "path": str(pi.model.path),
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
-    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout)
+    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat)
     return Plan(runner, releases, store, job, predicate, reference, pi)

@@ -22,6 +22,7 @@ class ProbeJob:
     outputs: tuple[str, ...] = ()
     session_options: dict = field(default_factory=dict)
     timeout: float = 600.0
+    repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
 
 
 def signal_name(num: int) -> str:
@@ -51,11 +52,12 @@ def outcome_status(out: ProcessOutcome) -> tuple[str, str]:
 def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, outputs_path: Path | None) -> dict:
     """Probe one release; always returns a record, whatever happened."""
     t0 = time.perf_counter()
-    record = {"version": release.version, "provenance": runner.provenance()}
+    record = {"version": release.version, "provenance": runner.provenance(), "finished": None}
     try:
         env = runner.prepare(release)
     except EnvironmentSkip as exc:
-        return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0}
+        return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
+                "finished": _now()}
     request = {
         "model": str(job.model),
         "inputs": str(job.inputs),
@@ -73,18 +75,37 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
             out = runner.run(env, request, workdir, job.timeout)
             status, reason = outcome_status(out)
             reason = f"{reason} (environment rebuilt)" if status != "ran" else "ran (environment rebuilt)"
+    hashes = [_output_hashes(out.result)]
+    if status == "ran" and job.repeat > 1:
+        for _ in range(job.repeat - 1):
+            again = runner.run(env, {**request, "outputs_path": None}, workdir, job.timeout)
+            hashes.append(_output_hashes(again.result) if outcome_status(again)[0] == "ran" else None)
+        distinct = len({h for h in hashes})
+        if distinct > 1:
+            status, reason = "nondeterministic", f"{distinct} different outputs in {job.repeat} identical runs"
     record.update(
         status=status,
         reason=reason,
         result=out.result,
         seconds=out.seconds,
+        repeats=len(hashes),
         env_seconds=env.seconds if env else None,
         env_created=env.created if env else None,
         stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
-        finished=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        finished=_now(),
     )
     shutil.rmtree(workdir, ignore_errors=True)
     return record
+
+
+def _output_hashes(result: dict | None) -> tuple | None:
+    if not result or "outputs" not in result:
+        return None
+    return tuple(o.get("sha256") for o in result["outputs"])
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _retry_prepare(runner: Runner, release: Release) -> Environment | None:

@@ -91,7 +91,7 @@ def exit_status(doc: dict) -> int:
 
 
 VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
-                 "crash": "bold magenta", "timeout": "magenta"}
+                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
 
 
 def table(doc: dict):

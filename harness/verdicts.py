@@ -13,7 +13,7 @@ import numpy as np
 
 from harness.errors import UsageError
 
-VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout")
+VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministic")
 
 
 @dataclass(frozen=True)

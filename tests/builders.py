@@ -116,3 +116,12 @@ def residual_overflow_model(width: int = 8) -> onnx.ModelProto:
     ]
     graph = helper.make_graph(nodes, "residual_overflow", [x], [y], [quarter])
     return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def noisy_model() -> onnx.ModelProto:
+    """y = x + RandomNormalLike(x), unseeded: different bits in every process."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    nodes = [helper.make_node("RandomNormalLike", ["x"], ["noise"], name="/noise/RandomNormalLike"),
+             helper.make_node("Add", ["x", "noise"], ["y"], name="/noise/Add")]
+    return helper.make_model(helper.make_graph(nodes, "noisy", [x], [y]), opset_imports=OPSET, ir_version=8)

@@ -142,3 +142,17 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
     assert len(after) == 6
     doc = json.loads(done.stdout)
     assert sum(p["reused"] for p in doc["probes"]) == len(before)
+
+
+def test_nondeterministic_model_is_neither_good_nor_bad(bisect, tmp_path, residual_norm):
+    model = builders.save(builders.noisy_model(), tmp_path / "noisy.onnx")
+    np.savez(tmp_path / "b.npz", x=np.ones((2, 4), np.float32))
+    r = bisect("sweep", "--model", str(model), "--inputs", str(tmp_path / "b.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--repeat", "3", "--json")
+    assert r.returncode == 3, r.stderr
+    assert [p["verdict"] for p in r.json()["probes"]] == ["nondeterministic", "nondeterministic"]
+    # a deterministic model stays decisive under --repeat
+    model, batch = residual_norm
+    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0",
+               "--repeat", "2", "--json")
+    assert [p["verdict"] for p in r.json()["probes"]] == ["good", "bad"]
