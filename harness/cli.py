@@ -11,10 +11,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from harness import __version__
-from harness.errors import EnvironmentSkip, UsageError
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
 
 from harness.options import (  # noqa: F401  (option groups are shared with harness.commands)
-    EXIT_INTERRUPTED, EXIT_USAGE, default_cache_dir, err, model_options, out, probe_options, range_options,
+    EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, default_cache_dir, err, model_options, out, probe_options, range_options,
     search_spec, store_options, target_options,
 )
 
@@ -204,8 +204,6 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
             err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
                       f"run the same command again (or --resume {plan.store.run_id}) to continue")
             return EXIT_INTERRUPTED, None
-        except OSError as exc:
-            raise UsageError(f"cannot record results in {plan.store.dir}: {exc.strerror or exc}") from None
     doc = summary(outcome, opts["mode"], plan.store.run_id, sweep=sweep)
     if opts.get("explain") and doc["status"] == "found":
         from harness.commands.explain import explain_pair
@@ -230,6 +228,10 @@ def _register_commands() -> None:
 
     cli.add_command(trace_command)
     cli.add_command(diff_command)
+    from harness.commands.triage import mitigate_command, options_command, repeat_command, report_command
+
+    for command in (options_command, repeat_command, mitigate_command, report_command):
+        cli.add_command(command)
 
 
 _register_commands()
@@ -247,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, EnvironmentSkip) as exc:
         err.print(f"error: {escape(str(exc))}")
         return EXIT_USAGE
+    except HarnessError as exc:
+        err.print(f"error: {escape(str(exc))}")
+        return EXIT_FAILURE
     except KeyboardInterrupt:
         err.print("interrupted")
         return EXIT_INTERRUPTED

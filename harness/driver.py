@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tempfile
 import threading
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 import numpy as np
 
-from harness.errors import EnvironmentSkip
+from harness.errors import EnvironmentSkip, HarnessError
 from harness.probe import ProbeJob, run_probe
 from harness.results import RunStore
 from harness.runners.base import Runner, kill_live_workers
@@ -118,7 +120,14 @@ class Driver:
             try:
                 for fut in as_completed(futures):
                     rec = fut.result()
-                    self.store.append(rec)  # on disk before anything else happens
+                    try:
+                        self.store.append(rec)  # on disk before anything else happens
+                    except OSError as exc:
+                        kill_live_workers()
+                        raise HarnessError(
+                            f"cannot record the probe of {rec['version']} in {self.store.dir}: {exc.strerror or exc}; "
+                            f"{len(self.store.records())} earlier probes are saved, this one is not"
+                        ) from None
                     records[rec["version"]] = self.judge(rec)
                     outcome.probed_now.append(rec["version"])
                     self.observer.probe_finished(records[rec["version"]], reused=False)
@@ -130,8 +139,9 @@ class Driver:
                 raise
 
     def _probe(self, release: Release, job: ProbeJob) -> dict:
-        workdir = self.store.dir / "work" / release.version
-        return run_probe(self.runner, release, job, workdir, self.store.outputs_path(release.version))
+        # Scratch files live outside the results: a full results disk must not fail the probe itself.
+        with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
+            return run_probe(self.runner, release, job, Path(scratch), self.store.outputs_path(release.version))
 
     def _prefetch(self, pool: ThreadPoolExecutor, release: Release) -> None:
         with self._lock:

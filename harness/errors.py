@@ -7,3 +7,7 @@ class UsageError(Exception):
 
 class EnvironmentSkip(Exception):
     """A release that cannot be probed here (no wheel, install failed): verdict *skip*."""
+
+
+class HarnessError(Exception):
+    """The harness cannot go on (results cannot be written, ...): exit status 1, one line."""

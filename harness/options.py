@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -65,6 +66,8 @@ probe_options = compose(
     click.option("--graph-opt", type=click.Choice(["disable", "basic", "extended", "layout", "all"]), default=None,
                  help="Session graph optimization level (default: onnxruntime's)."),
     click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads (default: onnxruntime's)."),
+    click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(min=64), default=None, metavar="MB",
+                 help="Cap each worker's memory (address space); a probe past it fails instead of the machine."),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Identical runs per probe (fresh processes); outputs that differ make it *nondeterministic*."),
     click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
@@ -85,7 +88,7 @@ def search_spec(opts: dict):
         arch=opts["arch"], backend=opts["backend"], cpu=opts["cpu"], python=opts["python"],
         cache_dir=opts["cache_dir"], offline=opts["offline"], results_dir=opts["results_dir"], resume=opts["resume"],
         timeout=opts["timeout"], bad_if=opts["bad_if"], reference=opts["reference"], session_options=session_options,
-        repeat=opts.get("repeat", 1),
+        repeat=opts.get("repeat", 1), memory_limit_mb=opts.get("memory_limit_mb"),
     )
 
 

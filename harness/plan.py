@@ -44,6 +44,7 @@ class SearchSpec:
     reference: Path | None = None
     session_options: dict = field(default_factory=dict)
     repeat: int = 1
+    memory_limit_mb: int | None = None
 
 
 @dataclass
@@ -89,6 +90,8 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
     elif spec.reference:
         raise UsageError("--reference is used only with --bad-if rel-diff>B")
     runner = make_runner(spec.backend, Target(spec.arch, spec.python), spec.cache_dir, spec.cpu)
+    if spec.memory_limit_mb and not runner.supports_memory_limit:
+        raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
     releases = releases_in(spec)
     pi = probe_inputs(spec.model, spec.inputs, spec.outputs, spec.cache_dir)
     key = {
@@ -104,5 +107,6 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
-    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat)
+    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
+                   spec.memory_limit_mb)
     return Plan(runner, releases, store, job, predicate, reference, pi)

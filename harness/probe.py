@@ -23,6 +23,7 @@ class ProbeJob:
     session_options: dict = field(default_factory=dict)
     timeout: float = 600.0
     repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
+    memory_limit_mb: int | None = None  # the worker's address-space cap
 
 
 def signal_name(num: int) -> str:
@@ -53,6 +54,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
     """Probe one release; always returns a record, whatever happened."""
     t0 = time.perf_counter()
     record = {"version": release.version, "provenance": runner.provenance(), "finished": None}
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
         env = runner.prepare(release)
     except EnvironmentSkip as exc:
@@ -63,7 +65,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         "inputs": str(job.inputs),
         "outputs": list(job.outputs),
         "session_options": job.session_options,
-        "outputs_path": str(outputs_path) if outputs_path else None,
+        "memory_limit_mb": job.memory_limit_mb,
+        # written to scratch first: a full results disk must not turn into a model error
+        "outputs_path": str(workdir / "outputs.npz") if outputs_path else None,
     }
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)
@@ -94,6 +98,11 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
         finished=_now(),
     )
+    if outputs_path and (workdir / "outputs.npz").exists():
+        try:
+            shutil.move(workdir / "outputs.npz", outputs_path)
+        except OSError as exc:
+            record["outputs_saved"] = f"not saved: {exc.strerror or exc}"
     shutil.rmtree(workdir, ignore_errors=True)
     return record
 

@@ -82,14 +82,23 @@ class RunStore:
             return None
 
     def append(self, record: dict) -> None:
-        """Append one probe as a single write, flushed to disk before returning."""
+        """Append one probe as a single write, flushed to disk before returning.
+
+        A line torn by an earlier failure (a full disk, a crash mid-write) is cut
+        off first, so it can never swallow the record written after it.
+        """
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
-        fd = os.open(self.dir / PROBES, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
+            _cut_torn_tail(fd)
             written = os.write(fd, line)
             if written != len(line):
-                raise OSError(28, "short write")
+                _cut_torn_tail(fd)
+                raise OSError(28, os.strerror(28))
             os.fsync(fd)
+        except OSError:
+            _cut_torn_tail(fd)
+            raise
         finally:
             os.close(fd)
 
@@ -109,6 +118,16 @@ class RunStore:
 
     def outputs_path(self, version: str) -> Path:
         return self.dir / "outputs" / f"{version}.npz"
+
+
+def _cut_torn_tail(fd: int) -> None:
+    """Truncate the file after its last complete line."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    tail = max(0, size - (1 << 20))
+    chunk = os.pread(fd, size - tail, tail)
+    os.ftruncate(fd, tail + chunk.rfind(b"\n") + 1)
 
 
 def probes_frame(run_dirs: list[Path]):

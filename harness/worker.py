@@ -195,6 +195,10 @@ def write_json(path, doc):
 def main(argv):
     with open(argv[1]) as f:
         request = json.load(f)
+    if request.get("memory_limit_mb"):
+        # address-space cap, set before onnxruntime is imported: allocations past it fail
+        limit = int(request["memory_limit_mb"]) << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     status = EXIT_OK
     result = {}
     t0 = time.perf_counter()

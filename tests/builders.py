@@ -125,3 +125,17 @@ def noisy_model() -> onnx.ModelProto:
     nodes = [helper.make_node("RandomNormalLike", ["x"], ["noise"], name="/noise/RandomNormalLike"),
              helper.make_node("Add", ["x", "noise"], ["y"], name="/noise/Add")]
     return helper.make_model(helper.make_graph(nodes, "noisy", [x], [y]), opset_imports=OPSET, ir_version=8)
+
+
+def big_alloc_model(elements: int = 1 << 30) -> onnx.ModelProto:
+    """Expands a scalar to `elements` floats (4 GiB by default): more than a capped worker may have."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    nodes = [
+        helper.make_node("Expand", ["x", "shape"], ["big"], name="/big/Expand"),
+        helper.make_node("ReduceMax", ["big"], ["m"], name="/big/ReduceMax", keepdims=0),
+        helper.make_node("Reshape", ["m", "one"], ["y"], name="/big/Reshape"),
+    ]
+    inits = [numpy_helper.from_array(np.array([elements], np.int64), "shape"),
+             numpy_helper.from_array(np.array([1], np.int64), "one")]
+    return helper.make_model(helper.make_graph(nodes, "big_alloc", [x], [y], inits), opset_imports=OPSET, ir_version=8)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from harness.errors import EnvironmentSkip
 from harness.versions import Release, Target
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
@@ -74,6 +75,9 @@ class Runner(ABC):
     @abstractmethod
     def backend(self) -> str: ...
 
+    #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
+    supports_memory_limit = True
+
     def provenance(self) -> dict:
         return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu}
 
@@ -99,9 +103,16 @@ def locked_build(path: Path, version: str, build) -> Environment:
     marker is written last, so a build cut short is redone, never used.
     """
     t0 = time.perf_counter()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(path) + ".lock"):
-        marker = path / READY
+    marker = path / READY
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path) + ".lock")
+        lock.acquire()
+    except OSError as exc:
+        if marker.exists():  # a read-only cache still serves what it holds
+            return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
+        raise EnvironmentSkip(f"cannot create an environment in {path.parent}: {exc.strerror or exc}") from None
+    try:
         if marker.exists():
             return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
         shutil.rmtree(path, ignore_errors=True)
@@ -112,6 +123,8 @@ def locked_build(path: Path, version: str, build) -> Environment:
             raise
         info = {**info, "version": version, "created_s": round(time.perf_counter() - t0, 3)}
         marker.write_text(json.dumps(info))
+    finally:
+        lock.release()
     return Environment(version, path, True, time.perf_counter() - t0, info)
 
 

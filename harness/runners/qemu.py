@@ -40,6 +40,7 @@ def provision(cache_dir: Path, log=None) -> tuple[qp.QemuBinary, Path]:
 
 class QemuRunner(Runner):
     backend = "qemu"
+    supports_memory_limit = False  # QEMU user mode reserves the guest's address space up front
 
     def __init__(self, target, cache_dir, cpu=None):
         if target.arch != ARCH:
