@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 import platform
 import sys
 
@@ -214,6 +215,10 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
                               "diff": str(plan.store.dir / "traces" / f"diff-{lo}-{hi}.json"),
                               "chart": str(chart) if chart else None}
         (plan.store.dir / "explanation.json").write_text(json.dumps(doc["explanation"], indent=1))
+    doc["predicate"] = str(plan.predicate)
+    doc["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    doc["cell"] = {"key": f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}"}
+    plan.store.save_summary(doc["cell"]["key"], doc)  # what the dashboard shows of this run
     if not opts["as_json"]:
         out.print(table(doc))
         out.print(doc["message"])
@@ -228,6 +233,10 @@ def _register_commands() -> None:
 
     cli.add_command(trace_command)
     cli.add_command(diff_command)
+    from harness.commands import dashboard, matrix, merge
+
+    for module in (matrix, merge, dashboard):
+        cli.add_command(module.command)
     from harness.commands.triage import mitigate_command, options_command, repeat_command, report_command
 
     for command in (options_command, repeat_command, mitigate_command, report_command):

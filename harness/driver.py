@@ -20,6 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
+from harness.history import latest_by_version
 from harness.probe import ProbeJob, run_probe
 from harness.results import RunStore
 from harness.runners.base import Runner, kill_live_workers
@@ -89,10 +90,11 @@ class Driver:
     def run(self, mode: str = "regression", sweep: bool = False) -> RunOutcome:
         index = {r.version: i for i, r in enumerate(self.releases)}
         records: dict[str, dict] = {}
-        for rec in self.store.records():
-            if rec["version"] in index:
-                records[rec["version"]] = self.judge(rec)
-                self.observer.probe_finished(records[rec["version"]], reused=True)
+        # The newest record of each release decides (a merge or --refresh may have appended older ones later).
+        for version, rec in latest_by_version(self.store.records()).items():
+            if version in index:
+                records[version] = self.judge(rec)
+                self.observer.probe_finished(records[version], reused=True)
         outcome = RunOutcome(self.releases, Step("probing"), records)
         installs = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
         try:

@@ -3,6 +3,8 @@
     results/<run-id>/manifest.json   what was run: command, digests, platform
     results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
     results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
+    results/<run-id>/cells/          the latest summary of each search over this run
+    results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
 
 The run id is derived from what decides a probe's outcome (model and batch
 digests, target, backend, session options), so running the same command
@@ -116,6 +118,13 @@ class RunStore:
                 continue
         return out
 
+    def save_summary(self, key: str, doc: dict) -> Path:
+        """The latest summary of one search over this run (a matrix cell, or a `bisect run`)."""
+        path = self.dir / "cells" / f"{key}.json"
+        path.parent.mkdir(exist_ok=True)
+        write_atomic(path, json.dumps(doc, indent=1))
+        return path
+
     def outputs_path(self, version: str) -> Path:
         return self.dir / "outputs" / f"{version}.npz"
 
@@ -128,32 +137,3 @@ def _cut_torn_tail(fd: int) -> None:
     tail = max(0, size - (1 << 20))
     chunk = os.pread(fd, size - tail, tail)
     os.ftruncate(fd, tail + chunk.rfind(b"\n") + 1)
-
-
-def probes_frame(run_dirs: list[Path]):
-    """All probes of some runs as one pandas DataFrame (one row per probe)."""
-    import pandas as pd
-
-    rows = []
-    for d in run_dirs:
-        for r in RunStore(d).records():
-            res = r.get("result") or {}
-            rows.append({
-                "run_id": d.name,
-                "version": r["version"],
-                "verdict": r.get("verdict"),
-                "status": r["status"],
-                "reason": r.get("reason"),
-                "nan_rows": r.get("nan_rows"),
-                "inf_rows": r.get("inf_rows"),
-                "rows": r.get("rows"),
-                "seconds": r.get("seconds"),
-                "run_s": res.get("run_s"),
-                "session_s": res.get("session_s"),
-                "peak_rss_mb": res.get("peak_rss_mb"),
-                "arch": r.get("provenance", {}).get("arch"),
-                "backend": r.get("provenance", {}).get("backend"),
-                "cpu": r.get("provenance", {}).get("cpu"),
-                "finished": r.get("finished"),
-            })
-    return pd.DataFrame(rows)

@@ -1,0 +1,29 @@
+"""`bisect dashboard RESULTS -o SITE`: a static page of every run's verdicts."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+out = Console(highlight=False, soft_wrap=True)
+
+
+@click.command("dashboard")
+@click.argument("results", type=click.Path(path_type=Path), default=Path("results"))
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True)
+@click.option("--title", default="ortbisect dashboard", show_default=True)
+def command(results, out_dir, title):
+    """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it."""
+    from harness.dashboard import build
+    from harness.errors import UsageError
+
+    if not results.is_dir():
+        raise UsageError(f"{results}: no such results directory")
+    t0 = time.perf_counter()
+    page = build(results, out_dir, title)
+    out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s)")
+    return 0

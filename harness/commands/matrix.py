@@ -1,0 +1,99 @@
+"""`bisect matrix run FILE [--cell N]` and `bisect matrix cells FILE [--json]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from harness.options import store_options
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True)
+
+
+class _Lines:
+    """One line per probe on stderr."""
+
+    def __init__(self, prefix: str):
+        self.prefix = prefix
+
+    def probe_started(self, version: str) -> None:
+        pass
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
+        err.print(f"{escape(self.prefix)} onnxruntime {record['version']:<8} {record['verdict']:<7} "
+                  f"{escape(record.get('why') or '')} ({how})")
+
+
+@click.group("matrix")
+def command():
+    """Many searches from one TOML file (matrices/*.toml): models x targets x options x modes."""
+
+
+@command.command("cells")
+@click.argument("matrix_file", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object: {\"include\": [cell, ...]} (a CI job matrix).")
+def cells(matrix_file, as_json):
+    """The cells of a matrix, numbered as --cell takes them."""
+    from harness.matrix import load
+
+    m = load(matrix_file)
+    docs = [c.as_json() for c in m.cells]
+    if as_json:
+        click.echo(json.dumps({"include": docs}, separators=(",", ":")))
+        return 0
+    for c in m.cells:
+        rng = " .. ".join(c.releases.values()) if "from" in c.releases else f"since {c.releases['since']}"
+        out.print(f"{c.index:>3}  {escape(c.name)}  [dim]({rng}; {c.key})[/]")
+    out.print(f"{len(m.cells)} cells in {escape(str(matrix_file))}")
+    return 0
+
+
+@command.command("run")
+@click.argument("matrix_file", type=click.Path(path_type=Path))
+@click.option("--cell", "cell", type=int, multiple=True, help="Run only this cell (repeatable); see `matrix cells`.")
+@click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
+@store_options
+@click.option("--refresh", is_flag=True, help="Probe every release again; the new records are appended, none deleted.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once within a cell.")
+@click.option("--keep-going/--fail-fast", default=True, show_default=True,
+              help="A cell that cannot run (no qemu here, model not reachable) is reported and the others still run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
+def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, as_json):
+    """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
+    from harness.errors import EnvironmentSkip, UsageError
+    from harness.matrix import load, resolve_range, run_cell, select
+    from harness.runners.uv import uv_bin
+    from harness.versions import ReleaseIndex
+
+    m = load(matrix_file)
+    chosen = select(m, tuple(cell))
+    listing = ReleaseIndex(cache_dir, uv_bin(), offline).releases()
+    for c in chosen:  # an empty range is a mistake in the file: refuse before any probe
+        resolve_range(c.releases, listing)
+    docs, failed = [], []
+    for c in chosen:
+        err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
+        try:
+            res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
+                           observer=_Lines(f"  [{c.index}]"), listing=listing, command=sys.argv)
+        except (UsageError, EnvironmentSkip) as exc:
+            if not keep_going or len(chosen) == 1:
+                raise
+            failed.append({"cell": c.index, "name": c.name, "error": str(exc)})
+            err.print(f"  [red]cell {c.index} not run:[/] {escape(str(exc))}")
+            continue
+        docs.append(res.doc)
+        err.print(f"  {escape(res.doc['message'])}")
+        err.print(f"  [dim]{res.probed_now} probed, {res.reused} reused; results: {results_dir / res.run_id}[/]")
+    if as_json:
+        click.echo(json.dumps({"matrix": str(matrix_file), "cells": docs, "failed": failed}))
+    else:
+        out.print(f"{len(docs)} cells run, {len(failed)} not run; results in {escape(str(results_dir))}")
+    return 1 if failed else 0

@@ -1,0 +1,364 @@
+"""The nightly dashboard (`bisect dashboard`): a static page checked in headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import platform
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from harness import dashboard
+from harness.results import RunStore
+from test_matrix import ROOT, ob, run_matrix, write_matrix, tiny  # noqa: F401  (tiny is a fixture)
+
+SCREENSHOT = ROOT / "results" / "dashboard.png"
+EVIL = "<script>window.__pwned = 1</script>"
+
+
+# -- a headless Chromium over the DevTools protocol (stdlib only) -------------------------
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
+                  "--disable-extensions", "--mute-audio", "--hide-scrollbars"]
+
+
+class WebSocket:
+    """Just enough of RFC 6455 for the DevTools protocol (text frames, client masking)."""
+
+    def __init__(self, url: str, timeout: float = 30):
+        assert url.startswith("ws://")
+        hostport, _, path = url[5:].partition("/")
+        host, _, port = hostport.partition(":")
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
+        key = base64.b64encode(os.urandom(16)).decode()
+        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = self.sock.recv(1)
+            if not chunk:
+                raise ConnectionError("websocket handshake failed")
+            head += chunk
+        if b" 101 " not in head.split(b"\r\n", 1)[0]:
+            raise ConnectionError(head.decode(errors="replace"))
+
+    def send(self, text: str) -> None:
+        data = text.encode()
+        n = len(data)
+        header = bytes([0x81])
+        if n < 126:
+            header += bytes([0x80 | n])
+        elif n < 1 << 16:
+            header += bytes([0x80 | 126]) + struct.pack(">H", n)
+        else:
+            header += bytes([0x80 | 127]) + struct.pack(">Q", n)
+        mask = os.urandom(4)
+        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
+
+    def _exact(self, n: int) -> bytes:
+        buf = b""
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError("websocket closed")
+            buf += chunk
+        return buf
+
+    def recv(self) -> str:
+        message = b""
+        while True:
+            b0, b1 = self._exact(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = struct.unpack(">H", self._exact(2))[0]
+            elif n == 127:
+                n = struct.unpack(">Q", self._exact(8))[0]
+            payload = self._exact(n)
+            op = b0 & 0x0F
+            if op == 8:
+                raise ConnectionError("websocket closed by the browser")
+            if op in (9, 10):
+                continue
+            message += payload
+            if b0 & 0x80:
+                return message.decode()
+
+    def close(self):
+        self.sock.close()
+
+
+class Browser:
+    """Headless chromium driven over the DevTools protocol: load a page, collect console and network events."""
+
+    def __init__(self, exe: str, workdir: Path):
+        self.profile = Path(tempfile.mkdtemp(prefix="profile-", dir=workdir))
+        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}",
+                                      "--remote-debugging-port=0", "--window-size=1400,1000", "about:blank"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        port_file = self.profile / "DevToolsActivePort"
+        deadline = time.time() + 30
+        while not port_file.exists() or not port_file.read_text().strip():
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"chromium did not start: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")
+            time.sleep(0.1)
+        port = int(port_file.read_text().split()[0])
+        deadline = time.time() + 15
+        while True:
+            targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
+            pages = [t for t in targets if t.get("type") == "page"]
+            if pages or time.time() > deadline:
+                break
+            time.sleep(0.1)
+        self.ws = WebSocket(pages[0]["webSocketDebuggerUrl"])
+        self.next_id = 0
+        self.events: list[dict] = []
+
+    def call(self, method: str, **params) -> dict:
+        self.next_id += 1
+        mid = self.next_id
+        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
+        while True:
+            msg = json.loads(self.ws.recv())
+            if msg.get("id") == mid:
+                if "error" in msg:
+                    raise RuntimeError(f"{method}: {msg['error']}")
+                return msg.get("result", {})
+            if "method" in msg:
+                self.events.append(msg)
+
+    def wait_for(self, method: str, timeout: float = 30) -> dict:
+        deadline = time.time() + timeout
+        for ev in self.events:
+            if ev["method"] == method:
+                return ev
+        while time.time() < deadline:
+            msg = json.loads(self.ws.recv())
+            if "method" in msg:
+                self.events.append(msg)
+                if msg["method"] == method:
+                    return msg
+        raise TimeoutError(method)
+
+    def open(self, url: str) -> None:
+        for domain in ("Page", "Runtime", "Log", "Network"):
+            self.call(f"{domain}.enable")
+        self.call("Page.navigate", url=url)
+        self.wait_for("Page.loadEventFired")
+        self.call("Runtime.evaluate", expression="new Promise(r => setTimeout(r, 300))", awaitPromise=True)
+
+    def eval(self, expression: str):
+        res = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
+        if "exceptionDetails" in res:
+            raise RuntimeError(res["exceptionDetails"])
+        return res["result"].get("value")
+
+    def screenshot(self, path: Path) -> Path:
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+        return path
+
+    def console_errors(self) -> list[str]:
+        out = []
+        for ev in self.events:
+            p = ev.get("params", {})
+            if ev["method"] == "Runtime.exceptionThrown":
+                out.append(json.dumps(p.get("exceptionDetails", {}))[:300])
+            elif ev["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(json.dumps(p.get("args", []))[:300])
+            elif ev["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
+                out.append(p["entry"].get("text", "")[:300])
+        return out
+
+    def requests(self) -> list[str]:
+        return [ev["params"]["request"]["url"] for ev in self.events if ev["method"] == "Network.requestWillBeSent"]
+
+    def close(self):
+        try:
+            self.ws.close()
+        finally:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            shutil.rmtree(self.profile, ignore_errors=True)
+
+
+def chromium_path() -> str | None:
+    for exe in (os.environ.get("ORTBISECT_CHROMIUM"), "/usr/bin/chromium", shutil.which("chromium"),
+                shutil.which("chromium-browser")):
+        if exe and os.access(exe, os.X_OK):
+            return exe
+    return None
+
+
+@pytest.fixture
+def browser(tmp_path):
+    exe = chromium_path()
+    if exe is None:
+        reason = "no chromium here (install Debian's chromium: bash .ci/chromium.sh)"
+        print(f"\nSKIP: {reason}")
+        pytest.skip(reason)
+    b = Browser(exe, tmp_path)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def check_page(b: Browser, page: Path) -> None:
+    b.open(page.resolve().as_uri())
+    assert b.console_errors() == []
+    leaving = [u for u in b.requests() if not u.startswith(("file://", "data:"))]
+    assert leaving == [], leaving
+    assert b.eval("document.scripts.length") == 0
+
+
+# -- synthetic history --------------------------------------------------------------------
+
+def _key(model_digest, arch, backend="uv", cpu=None, options=None):
+    return {"model": model_digest, "batch": "b" * 64, "outputs": [], "session_options": options or {}, "arch": arch,
+            "backend": backend, "python": "3.11", "cpu": cpu}
+
+
+def _rec(version, nan, finished, arch, status="ran", reason=None, backend="uv"):
+    r = {"version": version, "status": status, "finished": finished, "seconds": 1.0,
+         "provenance": {"arch": arch, "backend": backend, "cpu": None, "python": "3.11"}}
+    if status == "ran":
+        r["result"] = {"outputs": [{"rows": 20, "nan_rows": nan, "inf_rows": 0}]}
+    else:
+        r["reason"] = reason
+    return r
+
+
+def make_run(root: Path, run_id: str, model: str, key: dict, records: list[dict], summary: dict | None = None,
+             traces: dict | None = None) -> Path:
+    d = root / run_id
+    (d / "outputs").mkdir(parents=True)
+    (d / "manifest.json").write_text(json.dumps({"run_id": run_id, "key": key, "model": {"name": model,
+                                                 "digest": key["model"]}, "batch": {"digest": key["batch"]},
+                                                 "commands": []}))
+    store = RunStore(d)
+    for r in records:
+        store.append(r)
+    if summary:
+        (d / "cells").mkdir()
+        (d / "cells" / "k.json").write_text(json.dumps({"predicate": "nan-or-inf", "generated": "2025-01-09T00:00:00Z",
+                                                        "cell": {"key": "k"}, **summary}))
+    if traces:
+        (d / "traces").mkdir()
+        for v, h in traces.items():
+            (d / "traces" / f"{v}.json").write_text(json.dumps(
+                {"version": v, "residual": [{"layer": 0, "headroom": h / 2, "nonfinite": False},
+                                            {"layer": 1, "headroom": h, "nonfinite": h > 1}]}))
+    return d
+
+
+VERSIONS = ["1.19.0", "1.19.2", "1.20.0", "1.21.1", "1.23.2", "1.24.1"]
+
+
+def synthetic(root: Path) -> Path:
+    # x86: bad from 1.20.0; an old night saw 1.20.0 good, a refresh saw it bad (newest wins)
+    recs = [_rec("1.20.0", 0, "2025-01-01T03:00:00Z", "x86_64")]
+    recs += [_rec(v, 7 if i >= 2 else 0, f"2025-01-02T03:0{i}:00Z", "x86_64") for i, v in enumerate(VERSIONS)]
+    make_run(root, "fused-x86_64-1", "gemma-tiny-fused", _key("f" * 64, "x86_64"), recs,
+             summary={"last_good": "1.19.2", "first_bad": "1.20.0", "message": "Last good: 1.19.2, first bad: 1.20.0.",
+                      "explanation": f"SimplifiedLayerNormalization runs in fp16 from 1.20.0 {EVIL}"},
+             traces={"1.19.2": 0.6, "1.20.0": 1.4})
+    # aarch64: good until 1.23.2, bad from 1.24.1, one release not installable, one that errored with markup
+    recs = [_rec(v, 7 if v == "1.24.1" else 0, f"2025-01-03T03:0{i}:00Z", "aarch64", backend="qemu")
+            for i, v in enumerate(VERSIONS) if v not in ("1.19.0", "1.21.1")]
+    recs.append(_rec("1.19.0", 0, "2025-01-03T04:00:00Z", "aarch64", status="skip", reason="no wheel", backend="qemu"))
+    recs.append(_rec("1.21.1", 0, "2025-01-03T04:01:00Z", "aarch64", status="error", reason=EVIL, backend="qemu"))
+    make_run(root, "decomposed-aarch64-1", f"decomposed {EVIL}", _key("d" * 64, "aarch64", "qemu", "neoverse-n1"), recs)
+    return root
+
+
+def test_grid_marks_first_bad_flips_and_newest_record(tmp_path):
+    site = tmp_path / "site"
+    dashboard.build(synthetic(tmp_path / "results"), site)
+    grid = json.loads((site / "dashboard.json").read_text())
+    fused = grid["fused-x86_64-1/nan-or-inf"]
+    assert (fused["last_good"], fused["first_bad"]) == ("1.19.2", "1.20.0")
+    assert fused["verdicts"]["1.20.0"] == "bad"  # the refresh's newer record, not the first night's
+    assert fused["flips"] == {"1.20.0": "good"}
+    dec = grid["decomposed-aarch64-1/nan-or-inf"]
+    assert dec["first_bad"] == "1.24.1"
+    assert dec["verdicts"]["1.21.1"] == "error" and dec["verdicts"]["1.19.0"] == "skip"
+    assert dec["flips"] == {"1.21.1": "good", "1.23.2": "error", "1.24.1": "good"}  # a skip is stepped over
+
+
+def test_page_is_self_contained_and_escapes_results(tmp_path):
+    site = tmp_path / "site"
+    page = dashboard.build(synthetic(tmp_path / "results"), site)
+    text = page.read_text()
+    assert "<script" not in text.lower()
+    assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in text
+    assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
+    assert "<svg" in text  # matplotlib charts, inline
+    for href in __import__("re").findall(r'href="(data/[^"]+)"', text):
+        assert (site / urllib.request.url2pathname(href)).is_file(), href
+
+
+def test_opens_in_headless_chromium_without_errors_or_network(browser, tmp_path):
+    site = tmp_path / "site"
+    page = dashboard.build(synthetic(tmp_path / "results"), site)
+    check_page(browser, page)
+    rows = browser.eval('Object.fromEntries([...document.querySelectorAll("tr.row")].map(r => [r.dataset.run, '
+                        '[r.dataset.firstBad, r.querySelector("td.first-bad")?.dataset.version]]))')
+    assert rows == {"fused-x86_64-1": ["1.20.0", "1.20.0"], "decomposed-aarch64-1": ["1.24.1", "1.24.1"]}
+    assert EVIL in browser.eval("document.body.innerText")  # shown as text ...
+    assert browser.eval("typeof window.__pwned") == "undefined"  # ... never run
+    assert browser.eval('document.querySelectorAll(".chart svg").length') >= 3  # headroom + 2 history strips
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="x86_64 native + aarch64 under QEMU")
+def test_matrix_results_dashboard_in_chromium(browser, tiny, cache_dir, tmp_path):  # noqa: F811
+    path = write_matrix(tiny, "dash", models=("residual_overflow",), targets=[("x86_64", "auto"), ("aarch64", "qemu")])
+    results = tmp_path / "results"
+    run_matrix(path, cache_dir, results, "-j", "2")
+    r = ob("dashboard", results, "-o", tmp_path / "site")
+    assert r.returncode == 0, r.stderr
+    check_page(browser, tmp_path / "site" / "index.html")
+    rows = browser.eval('[...document.querySelectorAll("tr.row")].map(r => [r.dataset.target, r.dataset.firstBad])')
+    by_arch = {t.split(" · ")[0]: fb for t, fb in rows}
+    assert by_arch == {"aarch64": "1.24.1", "x86_64": ""}
+    assert browser.eval('document.querySelector("td.first-bad").dataset.version') == "1.24.1"
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    browser.screenshot(SCREENSHOT)
+    print(f"\nscreenshot: {SCREENSHOT}")
+
+
+def test_build_time_for_1000_probe_records(tmp_path, capsys):
+    """Not a timed assertion: prints how long 1,000 records take to become a page."""
+    root = tmp_path / "results"
+    versions = [f"1.{minor}.{patch}" for minor in range(19, 32) for patch in (0, 1)][:25]
+    n = 0
+    for model in ("fused", "decomposed"):
+        for arch, backend in (("x86_64", "uv"), ("aarch64", "qemu")):
+            recs = []
+            for night in range(10):
+                for i, v in enumerate(versions):  # 10 nights x 25 releases, every one re-probed (--refresh)
+                    recs.append(_rec(v, 7 if i > 8 else 0, f"2025-01-{night + 1:02d}T03:{i:02d}:00Z", arch,
+                                     backend=backend))
+            n += len(recs)
+            make_run(root, f"{model}-{arch}-1", model, _key(model[0] * 64, arch, backend), recs)
+    assert n == 1000
+    t0 = time.perf_counter()
+    dashboard.build(root, tmp_path / "site")
+    seconds = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\ndashboard from {n} probe records: {seconds:.2f} s")
