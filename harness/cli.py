@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import time
 import platform
 import sys
@@ -194,10 +195,11 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
 
     from harness.plan import make_plan
 
+    started = time.perf_counter()
     plan = make_plan(search_spec(opts))
     with Progress(err, len(plan.releases)) as progress:
         driver = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
-                        observer=progress, jobs=opts["jobs"])
+                        observer=progress, jobs=opts["jobs"], prefetch=opts["prefetch"])
         try:
             outcome = driver.run(mode=opts["mode"], sweep=sweep)
         except KeyboardInterrupt:
@@ -215,6 +217,8 @@ def _search_one(opts: dict, sweep: bool) -> tuple[int, dict | None]:
                               "diff": str(plan.store.dir / "traces" / f"diff-{lo}-{hi}.json"),
                               "chart": str(chart) if chart else None}
         (plan.store.dir / "explanation.json").write_text(json.dumps(doc["explanation"], indent=1))
+    doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "wall_s": round(time.perf_counter() - started, 3)}
     doc["predicate"] = str(plan.predicate)
     doc["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     doc["cell"] = {"key": f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}"}

@@ -63,6 +63,8 @@ probe_options = compose(
                  help="nan-or-inf | nan | zero-rows | max-abs>B | rel-diff>B (with --reference)."),
     click.option("--reference", type=click.Path(path_type=Path), help=".npz of reference outputs for rel-diff."),
     click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once."),
+    click.option("--prefetch/--no-prefetch", default=True, show_default=True,
+                 help="Install the environments the next round may need while a probe runs."),
     click.option("--graph-opt", type=click.Choice(["disable", "basic", "extended", "layout", "all"]), default=None,
                  help="Session graph optimization level (default: onnxruntime's)."),
     click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads (default: onnxruntime's)."),
