@@ -13,7 +13,7 @@ import click
 from rich.markup import escape
 
 from harness.errors import UsageError
-from harness.options import err, model_options, out, search_spec, store_options, target_options
+from harness.options import compose, err, model_options, out, search_spec, store_options, target_options
 
 DEFAULT_BUDGET_MB = 256
 
@@ -75,22 +75,14 @@ def _plan_for(opts: dict, versions: list[str]):
                                   "reference": None, "graph_opt": None, "threads": None}))
 
 
-trace_options = [
+trace_options = compose(
     click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True),
     click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per pass."),
     click.option("--budget-mb", type=click.IntRange(min=1), default=DEFAULT_BUDGET_MB, show_default=True,
                  help="Bytes of exposed tensors per pass: bounds the worker's memory above the model's own."),
     click.option("--refresh", is_flag=True, help="Trace again even if the run already holds a trace."),
     click.option("--json", "as_json", is_flag=True),
-]
-
-
-def _with(options):
-    def apply(f):
-        for o in reversed(options):
-            f = o(f)
-        return f
-    return apply
+)
 
 
 @click.command("trace")
@@ -98,7 +90,7 @@ def _with(options):
 @click.option("--version", "version", required=True, metavar="VERSION", help="Release to trace.")
 @target_options
 @store_options
-@_with(trace_options)
+@trace_options
 @click.option("--dump", multiple=True, metavar="NODE", help="Also save this node's output tensors (.npz).")
 @click.option("--all-nodes", is_flag=True, help="Every tensor, not only residual Adds, hot and non-finite ones.")
 def trace_command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts):
@@ -122,7 +114,7 @@ def trace_command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts)
 @click.argument("b", metavar="BAD")
 @target_options
 @store_options
-@_with(trace_options)
+@trace_options
 def diff_command(a, b, budget_mb, refresh, as_json, **opts):
     """What changed between two releases: per-node diff and execution precision."""
     from harness import trace as tr
