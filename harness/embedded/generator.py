@@ -472,10 +472,12 @@ def register_onnx_schemas() -> None:
     )
 
     def infer(ctx) -> None:
-        x = ctx.get_input_type(0)
+        x, scale = ctx.get_input_type(0), ctx.get_input_type(1)
+        if x is None or scale is None:
+            return  # inputs not typed yet (e.g. nodes out of order): leave the output unknown
         out = onnx.TypeProto()
         out.CopyFrom(x)
-        out.tensor_type.elem_type = ctx.get_input_type(1).tensor_type.elem_type
+        out.tensor_type.elem_type = scale.tensor_type.elem_type
         ctx.set_output_type(0, out)
         if ctx.get_num_outputs() > 1 and ctx.has_output(1):
             inv = onnx.TypeProto()

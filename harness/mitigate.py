@@ -1,0 +1,413 @@
+"""Mitigation check: keep the culprit nodes (and the residual stream around them) in fp32.
+
+The patch is what a careful exporter writes (cf. the mobius RMSNorm fix: Cast to
+fp32 before the arithmetic that overflows, compute in fp32, cast back where the
+values are small again). Here it is done on the graph:
+
+1. Culprits: the explanation's suspect (`run --explain` / `bisect diff`), the
+   first node whose output a consumer read as non-finite on the first bad release
+   (`TraceResult.first_nonfinite`), and nodes given with --node.
+2. Magnitudes: the fp32 reference model (an embedded model's fp32 twin, else the
+   fp16 model converted here: `to_fp32`) is traced on a release; every fp16
+   tensor of the original whose fp32 value passes `hot` x 65504 (default 50 %)
+   is "hot".
+3. The island: the culprits, the producers of hot tensors, and, closed forward,
+   every consumer of a hot tensor an island node produces, so no value past the
+   fp16 range is ever rounded back. The island stops where values are small
+   again (a norm's output, a scaled-down product).
+4. The patch (`fp32_island`): inside the island every fp16 tensor becomes an
+   fp32 copy named `<name>/fp32`; fp16 initializers are converted exactly; other
+   fp16 inputs get a Cast to fp32; an island output needed outside it (or a
+   graph output) gets a Cast back to fp16 under its original name; a Cast to
+   fp16 inside the island casts to fp32 instead. The graph's interface
+   (inputs, outputs, dtypes) does not change, so the same batch feeds it.
+
+`to_fp32` is the same operation with every node in the island.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from harness import surgery
+
+FP16 = TensorProto.FLOAT16
+FP32 = TensorProto.FLOAT
+SUFFIX = "/fp32"
+HOT = 0.5  # of 65504
+
+
+def _elem_types(model: onnx.ModelProto) -> dict[str, int]:
+    types = {}
+    for vi in [*model.graph.input, *model.graph.output, *model.graph.value_info]:
+        types[vi.name] = vi.type.tensor_type.elem_type
+    for init in model.graph.initializer:
+        types[init.name] = init.data_type
+    for info in surgery.intermediates(model):
+        types.setdefault(info.name, info.elem_type)
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            for a in node.attribute:
+                if a.name == "value" and a.HasField("t"):
+                    types[node.output[0]] = a.t.data_type
+    return types
+
+
+def fp32_island(model: onnx.ModelProto, island: set[str]) -> onnx.ModelProto:
+    """A copy of `model` where the nodes named in `island` compute in fp32 (see module doc)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    g = model.graph
+    types = _elem_types(model)
+    nodes = surgery.topological_nodes(g)
+    keys = [surgery.node_key(n) for n in nodes]
+    unknown = island - set(keys)
+    if unknown:
+        raise KeyError(f"not nodes of the model: {', '.join(sorted(unknown))}")
+    inits = {i.name: i for i in g.initializer}
+    graph_outputs = {o.name for o in g.output}
+    in_island = {k for k in keys if k in island}
+    produced_in = {}
+    for n, k in zip(nodes, keys):
+        if k in in_island:
+            for o in n.output:
+                produced_in[o] = k
+    consumers_outside = set()
+    for n, k in zip(nodes, keys):
+        if k not in in_island:
+            consumers_outside.update(n.input)
+            for a in n.attribute:  # subgraphs read outer tensors implicitly
+                if a.HasField("g"):
+                    consumers_outside.update(_outer_names(a.g))
+
+    def fp16(name: str) -> bool:
+        return types.get(name) == FP16
+
+    new_nodes: list[onnx.NodeProto] = []
+    new_inits: dict[str, onnx.TensorProto] = {}
+    cast_in: dict[str, str] = {}
+    for n, k in zip(nodes, keys):
+        if k not in in_island:
+            new_nodes.append(n)
+            continue
+        m = onnx.NodeProto()
+        m.CopyFrom(n)
+        for idx, t in enumerate(n.input):
+            if not t or not fp16(t):
+                continue
+            if t in produced_in:
+                m.input[idx] = t + SUFFIX
+            elif t in inits:
+                if t + SUFFIX not in new_inits:
+                    arr = numpy_helper.to_array(inits[t]).astype(np.float32)
+                    new_inits[t + SUFFIX] = numpy_helper.from_array(arr, t + SUFFIX)
+                m.input[idx] = t + SUFFIX
+            else:
+                if t not in cast_in:
+                    cast_in[t] = t + SUFFIX
+                    new_nodes.append(helper.make_node("Cast", [t], [t + SUFFIX], name=f"{t}/CastToFp32", to=FP32))
+                m.input[idx] = t + SUFFIX
+        if m.op_type == "Cast":
+            for a in m.attribute:
+                if a.name == "to" and a.i == FP16:
+                    a.i = FP32
+        if m.op_type == "Constant":
+            for a in m.attribute:
+                if a.name == "value" and a.HasField("t") and a.t.data_type == FP16:
+                    a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
+        back = []
+        for idx, o in enumerate(n.output):
+            if o and fp16(o):
+                m.output[idx] = o + SUFFIX
+                if o in consumers_outside or o in graph_outputs:
+                    back.append(helper.make_node("Cast", [o + SUFFIX], [o], name=f"{o}/CastToFp16", to=FP16))
+        new_nodes.append(m)
+        new_nodes.extend(back)
+    del g.node[:]
+    g.node.extend(new_nodes)
+    g.initializer.extend(new_inits.values())
+    # value_info of renamed tensors would now lie about their type: drop what the island touched.
+    keep = [vi for vi in g.value_info if vi.name not in produced_in]
+    del g.value_info[:]
+    g.value_info.extend(keep)
+    used = {t for n in g.node for t in n.input}
+    unused = [i for i in g.initializer if i.name not in used and i.name not in {x.name for x in g.input}]
+    for i in unused:
+        g.initializer.remove(i)
+    return model
+
+
+def _outer_names(graph: onnx.GraphProto) -> set[str]:
+    names = set()
+    for n in graph.node:
+        names.update(n.input)
+        for a in n.attribute:
+            if a.HasField("g"):
+                names |= _outer_names(a.g)
+    return names
+
+
+def to_fp32(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The whole model computed in fp32, interface unchanged (fp16 inputs cast in, outputs cast back)."""
+    return fp32_island(model, {surgery.node_key(n) for n in model.graph.node})
+
+
+def strip(name: str) -> str:
+    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else name
+
+
+@dataclass
+class IslandPlan:
+    culprits: list[str]
+    hot: dict[str, float]  # tensor -> fp32 max |x| (past the threshold)
+    island: list[str]  # node names, topological order
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+def choose_island(model: onnx.ModelProto, culprits: list[str], magnitudes: dict[str, float],
+                  hot: float = HOT) -> IslandPlan:
+    """Culprits + producers of hot fp16 tensors, closed over consumers of hot island outputs."""
+    limit = hot * surgery.FP16_MAX
+    types = _elem_types(model)
+    nodes = surgery.topological_nodes(model.graph)
+    keys = [surgery.node_key(n) for n in nodes]
+    hot_t = {t: v for t, v in magnitudes.items() if types.get(t) == FP16 and v is not None and v > limit}
+    reasons: dict[str, str] = {}
+    island: set[str] = set()
+    for c in culprits:
+        if c in keys:
+            island.add(c)
+            reasons.setdefault(c, "culprit")
+    for n, k in zip(nodes, keys):
+        for o in n.output:
+            if o in hot_t:
+                island.add(k)
+                reasons.setdefault(k, f"produces `{o}` (max |x| {hot_t[o]:.6g} in fp32)")
+    changed = True
+    while changed:
+        changed = False
+        hot_out = {o for n, k in zip(nodes, keys) if k in island for o in n.output if o in hot_t}
+        # a culprit's fp16 inputs that are hot come from a producer already in; its outputs may be hot too
+        for n, k in zip(nodes, keys):
+            if k not in island and any(t in hot_out for t in n.input):
+                island.add(k)
+                reasons[k] = "reads a hot value of the island: " + ", ".join(f"`{t}`" for t in n.input if t in hot_out)
+                changed = True
+    order = [k for k in keys if k in island]
+    return IslandPlan([c for c in culprits if c in keys], hot_t, order, reasons)
+
+
+def magnitudes_from_trace(trace_result) -> dict[str, float]:
+    """max |x| per tensor of a trace of the fp32 reference (names of a converted model mapped back)."""
+    out = {}
+    for n in trace_result.nodes:
+        for t in n.outputs:
+            if not t.available:
+                continue
+            v = t.max_abs if not t.nonfinite else float("inf")
+            if v is not None:
+                out[strip(t.name)] = v
+    return out
+
+
+def output_distance(a: dict[str, np.ndarray], ref: dict[str, np.ndarray], names: list[str] | None = None) -> dict:
+    """Cosine (per row, worst row) and max |a - ref| over the outputs both hold."""
+    res = {}
+    for name in names or sorted(set(a) & set(ref)):
+        if name not in a or name not in ref:
+            continue
+        x = np.asarray(a[name], np.float64)
+        r = np.asarray(ref[name], np.float64)
+        if x.shape != r.shape:
+            res[name] = {"error": f"shape {x.shape} vs {r.shape}"}
+            continue
+        rows_x = x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
+        rows_r = r.reshape(r.shape[0], -1) if r.ndim else r.reshape(1, 1)
+        finite = bool(np.isfinite(x).all())
+        with np.errstate(invalid="ignore", divide="ignore"):
+            num = (rows_x * rows_r).sum(axis=1)
+            den = np.linalg.norm(rows_x, axis=1) * np.linalg.norm(rows_r, axis=1)
+            cos = np.where(den > 0, num / np.where(den > 0, den, 1), np.where(np.linalg.norm(rows_x - rows_r, axis=1) == 0, 1.0, 0.0))
+        diff = np.abs(x - r)
+        res[name] = {
+            "finite": finite,
+            "min_cosine": float(np.nanmin(cos)) if np.isfinite(cos).any() and finite else None,
+            "mean_cosine": float(np.nanmean(cos)) if finite else None,
+            "max_abs_diff": float(diff.max()) if finite and diff.size else None,
+        }
+    return res
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> tuple[Path, str]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = model.SerializeToString()
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    return path, hashlib.sha256(data).hexdigest()
+
+
+def load_outputs(path: Path) -> dict[str, np.ndarray] | None:
+    if not Path(path).exists():
+        return None
+    with np.load(path) as d:
+        return {k: d[k] for k in d.files}
+
+
+def describe_island(plan: IslandPlan) -> str:
+    return json.dumps({"culprits": plan.culprits, "island": plan.island, "hot": plan.hot}, indent=1)
+
+
+# --- the check: patch, sweep the range, compare with fp32 ------------------------------------
+
+
+MITIGATION = "mitigation.json"
+
+
+def culprits_of(plan, mode: str = "regression", jobs: int = 1, log=None) -> dict:
+    """The boundary of the plan's range and the nodes the explanation names (reusing the run's evidence)."""
+    from harness.commands.explain import explain_pair, traced
+    from harness.driver import Driver
+
+    log = log or (lambda msg: None)
+    expl_path = plan.store.dir / "explanation.json"
+    outcome = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
+                     jobs=jobs).run(mode=mode)
+    step = outcome.step
+    info = {"status": step.status, "last_good": None, "first_bad": None, "suspect": None,
+            "first_nonfinite": None, "explanation": None,
+            "original": {v: r["verdict"] for v, r in outcome.records.items()}}
+    if step.status == "found":
+        lo, hi = plan.releases[step.lo].version, plan.releases[step.hi].version
+        info.update(last_good=lo, first_bad=hi)
+        expl = None
+        if expl_path.exists():
+            expl = json.loads(expl_path.read_text())
+            if expl.get("pair") != [lo, hi]:
+                expl = None
+        if expl is None:
+            log(f"explaining {lo} -> {hi} (trace and diff)")
+            result, chart = explain_pair(plan, lo, hi)
+            expl = {"text": result.explanation, "suspect": result.suspect, "pair": [lo, hi],
+                    "diff": str(plan.store.dir / "traces" / f"diff-{lo}-{hi}.json"),
+                    "chart": str(chart) if chart else None}
+            expl_path.write_text(json.dumps(expl, indent=1))
+        bad = traced(plan, hi)
+        info.update(suspect=expl.get("suspect"), explanation=expl.get("text"), first_nonfinite=bad.first_nonfinite)
+    else:
+        last = plan.releases[-1].version
+        if outcome.records.get(last, {}).get("verdict") == "bad":
+            bad = traced(plan, last)
+            info.update(first_bad=last, first_nonfinite=bad.first_nonfinite)
+    return info
+
+
+def reference_model(plan, given: Path | None, dest_dir: Path) -> tuple[Path, str]:
+    """(path, how) of the fp32 reference: --reference-model, an embedded model's twin, or converted here."""
+    if given:
+        return Path(given), "given with --reference-model"
+    spec = plan.probe_inputs.model.spec
+    if spec.source == "generated":
+        from harness import embedded
+
+        made = embedded.materialize(spec.generator, plan.runner.cache_dir / "models" / spec.name)
+        return Path(made["model_fp32"]), "the embedded model's fp32 twin (same weights)"
+    src = onnx.load(str(plan.probe_inputs.model.path))
+    path, _ = save_model(to_fp32(src), dest_dir / f"{plan.probe_inputs.model.name}.fp32.onnx")
+    return path, "the model converted to fp32 here (every node in fp32, fp16 interface kept)"
+
+
+def _sweep(spec, log=None, jobs: int = 1):
+    from harness.driver import Driver
+    from harness.plan import make_plan
+
+    p = make_plan(spec)
+    outcome = Driver(p.runner, p.releases, p.store, p.job, p.predicate, p.reference, jobs=jobs).run(sweep=True)
+    return p, outcome
+
+
+def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] = (), hot: float = HOT,
+          jobs: int = 1, log=None) -> dict:
+    """Patch the model at the culprits, sweep the plan's range with it and with the fp32 reference."""
+    import dataclasses
+
+    from harness import trace as tr
+
+    log = log or (lambda msg: None)
+    out_dir = plan.store.dir / "mitigation"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    found = culprits_of(plan, jobs=jobs, log=log)
+    culprits = [c for c in (found.get("suspect"), found.get("first_nonfinite"), *nodes) if c]
+    culprits = list(dict.fromkeys(culprits))
+    ref_path, ref_how = reference_model(plan, reference, out_dir)
+    by_version = {r.version: r for r in plan.releases}
+    at = found.get("first_bad") or plan.releases[-1].version
+    log(f"fp32 magnitudes: tracing the reference model on {at}")
+    ref_trace = tr.trace(plan.runner, by_version[at], ref_path, plan.probe_inputs.batch,
+                         plan.runner.cache_dir / "trace-work" / plan.store.run_id / f"reference-{at}",
+                         outputs=plan.job.outputs, timeout=plan.job.timeout)
+    original = onnx.load(str(plan.probe_inputs.model.path))
+    island = choose_island(original, culprits, magnitudes_from_trace(ref_trace), hot)
+    if not island.island:
+        raise ValueError("nothing to keep in fp32: no culprit node and no fp16 value near the fp16 range")
+    patched = fp32_island(original, set(island.island))
+    patched_path, patched_sha = save_model(patched, out_dir / f"{plan.probe_inputs.model.name}.fp32-island.onnx")
+    log(f"patched model: {patched_path} ({len(island.island)} nodes in fp32)")
+    base = dataclasses.replace(spec, inputs=plan.probe_inputs.batch, outputs=plan.job.outputs, resume=None,
+                               bad_if="nan-or-inf", reference=None)
+    log(f"sweeping {len(plan.releases)} releases with the patched model")
+    pplan, pout = _sweep(dataclasses.replace(base, model=str(patched_path)), log, jobs)
+    log(f"sweeping {len(plan.releases)} releases with the fp32 reference")
+    rplan, rout = _sweep(dataclasses.replace(base, model=str(ref_path)), log, jobs)
+    rows = []
+    for r in plan.releases:
+        v = r.version
+        prec, rrec = pout.records.get(v, {}), rout.records.get(v, {})
+        dist = None
+        a, b = load_outputs(pplan.store.outputs_path(v)), load_outputs(rplan.store.outputs_path(v))
+        if a is not None and b is not None:
+            dist = output_distance(a, b, list(plan.job.outputs) or None)
+        rows.append({"version": v, "original": found["original"].get(v), "patched": prec.get("verdict"),
+                     "patched_why": prec.get("why"), "reference": rrec.get("verdict"), "distance": dist})
+    judged = [row for row in rows if row["patched"] in ("good", "bad")]
+    doc = {
+        "kind": "mitigation",
+        "run_id": plan.store.run_id,
+        "model": plan.probe_inputs.model.name,
+        "provenance": plan.runner.provenance(),
+        "range": [plan.releases[0].version, plan.releases[-1].version],
+        "boundary": {k: found.get(k) for k in ("status", "last_good", "first_bad")},
+        "culprits": island.culprits,
+        "suspect": found.get("suspect"),
+        "first_nonfinite": found.get("first_nonfinite"),
+        "hot_threshold": hot * surgery.FP16_MAX,
+        "hot": island.hot,
+        "island": island.island,
+        "reasons": island.reasons,
+        "reference": {"path": str(ref_path), "how": ref_how, "traced_on": at, "run_id": rplan.store.run_id},
+        "patched": {"path": str(patched_path), "sha256": patched_sha, "run_id": pplan.store.run_id},
+        "releases": rows,
+        "all_clean": bool(judged) and len(judged) == len(rows) and all(row["patched"] == "good" for row in rows),
+    }
+    worst = [d["min_cosine"] for row in rows for d in (row["distance"] or {}).values()
+             if isinstance(d, dict) and d.get("min_cosine") is not None]
+    maxabs = [d["max_abs_diff"] for row in rows for d in (row["distance"] or {}).values()
+              if isinstance(d, dict) and d.get("max_abs_diff") is not None]
+    doc["worst_cosine"] = min(worst) if worst else None
+    doc["worst_max_abs"] = max(maxabs) if maxabs else None
+    bad = [row["version"] for row in rows if row["patched"] != "good"]
+    doc["message"] = (
+        f"Keeping {len(island.island)} nodes in fp32 ({', '.join(island.culprits) or 'hot values only'} and the "
+        f"residual stream around them): " +
+        (f"clean on all {len(rows)} releases" if not bad else f"still not clean on {', '.join(bad)}") +
+        (f"; against the fp32 reference the worst row cosine is {doc['worst_cosine']:.8f}, the largest |difference| "
+         f"{doc['worst_max_abs']:.3g}." if doc["worst_cosine"] is not None else ".")
+    )
+    (plan.store.dir / MITIGATION).write_text(json.dumps(doc, indent=1))
+    return doc

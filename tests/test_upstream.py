@@ -1,0 +1,142 @@
+"""`bisect report`: the upstream report, and its repro script run in fresh environments."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+import builders
+from harness.runners.uv import uv_bin
+
+
+def fresh_env(tmp: Path, version: str) -> Path:
+    """A new uv environment with only onnxruntime==version and numpy."""
+    env = tmp / f"venv-{version}"
+    subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
+    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
+                    f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+    return env / "bin" / "python"
+
+
+def run_script(python: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), str(script), *args], capture_output=True, text=True, timeout=300,
+                          cwd=script.parent, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+
+
+def cli(bisect, *args, results: Path):
+    return bisect(*args, "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results), "--json")
+
+
+@pytest.fixture(scope="module")
+def x86_story(tmp_path_factory, cache_dir):
+    """gemma-tiny-fused on x86_64: options matrix of the first bad release, then the mitigation
+    (which bisects and explains the range on its way), all in one results directory."""
+    import sys
+
+    tmp = tmp_path_factory.mktemp("x86_story")
+    results = tmp / "results"
+
+    def bisect(*args):
+        argv = [sys.executable, "-m", "harness.cli", *args, "--cache-dir", str(cache_dir), "--results-dir", str(results), "--json"]
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=900, env={**os.environ, "COLUMNS": "200"})
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    options = bisect("options", "--model", "gemma-tiny-fused", "--version", "1.20.0", "-j", "2")
+    mitigation = bisect("mitigate", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.30.0", "-j", "2")
+    return {"tmp": tmp, "results": results, "options": options, "mitigation": mitigation}
+
+
+@pytest.mark.release
+def test_options_matrix_first_bad_x86(x86_story, bisect):
+    doc = x86_story["options"]
+    assert doc["verdicts_seen"] == ["bad"] and doc["changing_dimensions"] == []
+    assert "depends on no session option" in doc["message"]
+    levels = {c["level"] for c in doc["combos"] if c["verdict"] == "bad"}
+    assert levels == {"disable", "basic", "extended", "all"}  # 1.20.0 has no ORT_ENABLE_LAYOUT
+    assert {c["verdict"] for c in doc["combos"] if c["level"] == "layout"} == {"n/a"}
+    assert doc["support"]["levels"]["layout"] is False
+    assert {c["mode"] for c in doc["combos"]} == {"sequential", "parallel"}
+    assert {c["threads"] for c in doc["combos"]} == {"1", "all"}
+    lines = (Path(doc["results"]) / "probes.jsonl").read_text().splitlines()
+    assert len(lines) == 16 and len({json.loads(x)["combo_id"] for x in lines}) == 16
+    again = cli(bisect, "options", "--model", "gemma-tiny-fused", "--version", "1.20.0", results=x86_story["results"])
+    assert again.json()["combos"] == doc["combos"]  # every probe reused
+    assert len((Path(doc["results"]) / "probes.jsonl").read_text().splitlines()) == 16
+
+
+@pytest.mark.release
+def test_mitigation_makes_every_release_clean_x86(x86_story):
+    doc = x86_story["mitigation"]
+    assert len(doc["releases"]) == 22 and doc["all_clean"]
+    assert [row["patched"] for row in doc["releases"]] == ["good"] * 22
+    assert doc["boundary"] == {"status": "found", "last_good": "1.19.2", "first_bad": "1.20.0"}
+    assert "/model/norm/SimplifiedLayerNormalization" in doc["island"]
+    assert "/model/layers.3/Add_1" in doc["island"]
+    assert all(row["reference"] == "good" for row in doc["releases"])
+    assert doc["worst_cosine"] > 0.9999 and doc["worst_max_abs"] < 1e-2
+    assert {row["original"] for row in doc["releases"] if row["original"]} == {"good", "bad"}
+    patched = Path(doc["patched"]["path"])
+    assert patched.is_file() and patched.is_relative_to(x86_story["results"])
+    m = onnx.load(str(patched))
+    assert [o.name for o in m.graph.output] == ["sentence_embedding", "last_hidden_state"]
+
+
+@pytest.mark.release
+def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
+    results, tmp = x86_story["results"], x86_story["tmp"]
+    run_id = x86_story["mitigation"]["run_id"]
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
+    assert rep.returncode == 0, rep.stderr
+    md = rep.stdout
+    (tmp / "issue.md").write_text(md)
+    assert "first bad: **1.20.0**" in md and "Last good: **1.19.2**" in md
+    assert "still present** in the newest release, 1.32.0" in md
+    assert "`/model/norm/SimplifiedLayerNormalization` ran in an fp32 island on 1.19.2 and natively in fp16 on 1.20.0" in md
+    assert "depends on no session option" in md and "### Workaround" in md and "clean on all 22 releases" in md
+    for field in ("| OS |", "| CPU model |", "| CPU flags |", "| Python |", "| numpy |", "| How it ran | native"):
+        assert field in md
+    doc = json.loads(bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                            "--format", "json").stdout)
+    assert (doc["last_good"], doc["first_bad"], doc["newest"]["verdict"]) == ("1.19.2", "1.20.0", "bad")
+    script = Path(doc["repro"]["path"])
+    for version, verdict, rc in (("1.20.0", "bad", 1), ("1.19.2", "good", 0)):
+        out = run_script(fresh_env(tmp, version), script)
+        assert out.returncode == rc, out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}: {verdict}")
+        if verdict == "bad":
+            assert "7 NaN rows" in out.stdout
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+def test_mitigation_and_report_aarch64(bisect, tmp_path):
+    model = builders.save(builders.residual_overflow_model(), tmp_path / "residual_overflow.onnx")
+    batch = tmp_path / "batch.npz"
+    np.savez(batch, **builders.residual_norm_inputs())
+    results = tmp_path / "results"
+    target = ("--arch", "aarch64", "--backend", "qemu")
+    r = bisect("mitigate", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
+               *target, "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["boundary"]["first_bad"] == "1.24.1" and doc["all_clean"]
+    assert [row["original"] for row in doc["releases"]] == ["good", "bad"]
+    assert [row["patched"] for row in doc["releases"]] == ["good", "good"]
+    assert {"/model/layers.1/Add", "/model/scale/Mul"} <= set(doc["island"])
+    assert "converted to fp32 here" in doc["reference"]["how"]
+    assert doc["worst_max_abs"] == 0.0 or doc["worst_max_abs"] < 1e-3
+    rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
+    assert rep.returncode == 0, rep.stderr
+    md = rep.stdout
+    (tmp_path / "issue.md").write_text(md)
+    assert "| CPU model | neoverse-n1" in md
+    assert "asimdhp" in md.split("| CPU flags |")[1].splitlines()[0]
+    assert "QEMU" in md and "first bad: **1.24.1**" in md and "### Workaround" in md
+    assert "MODEL_B64 = \"\"\"" in md  # a tiny model is embedded in the script
