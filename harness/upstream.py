@@ -197,7 +197,8 @@ def environment(recs: dict[str, dict], key: dict, version: str) -> dict:
         "arch": prov.get("arch", key.get("arch")),
         "cpu_model": model_name,
         "cpu_flags": cpu.get("flags") or [],
-        "fp16_arithmetic": ("asimdhp" in (cpu.get("flags") or []) or "avx512_fp16" in (cpu.get("flags") or [])),
+        # the CPU's fp16 vector-arithmetic flag: what onnxruntime's aarch64 kernels key on
+        "fp16_flag": next((f for f in ("asimdhp", "avx512_fp16") if f in (cpu.get("flags") or [])), None),
         "python": res.get("python", "?"),
         "numpy": res.get("numpy", "?"),
         "backend": how,
@@ -359,7 +360,7 @@ def markdown(doc: dict) -> str:
     L += ["### System information", "", "| | |", "|---|---|"]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
             ("CPU flags", " ".join(env["cpu_flags"]) or "?"),
-            ("fp16 arithmetic (asimdhp / avx512_fp16)", "yes" if env["fp16_arithmetic"] else "no"),
+            ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"),
             ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{lg} (good), {fb} (bad)" if fb else "?"),
             ("Execution provider", env["execution_provider"]), ("How it ran", env["backend"]),
             ("Session options", json.dumps(doc["session_options"]) if doc["session_options"] else "defaults")]
