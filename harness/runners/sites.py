@@ -21,7 +21,7 @@ def prepare_site(cache_dir: Path, target: Target, release: Release) -> Environme
     require_wheel(release, target)
 
     def build(path: Path) -> dict:
-        uv("pip", "install", "--quiet", "--target", str(path / "site"),
+        uv("pip", "install", "--quiet", "--no-compile-bytecode", "--target", str(path / "site"),
            "--python-platform", f"{target.arch}-unknown-linux-gnu", "--python-version", target.python,
            f"onnxruntime=={release.version}", NUMPY, what=f"installing onnxruntime {release.version} for {target.arch}")
         return {"python": target.python, "arch": target.arch}

@@ -1,0 +1,565 @@
+"""ortbisect benchmarks: every target measured side by side in one run.
+
+    uv run python benchmarks/run.py [--quick] [--only NAME[,NAME]] [--reps N] [--bench-cache DIR]
+
+Prints a table (target, measured, bound, PASS/MISS) and writes it as JSON and
+Markdown under results/benchmarks/. Timings are medians of --reps runs, the
+two sides of a comparison interleaved (and their order alternated) so that a
+noisy neighbour hits both. Every `bisect` is the real command line
+(`uv run bisect ...`) run as a subprocess and timed from outside; the
+environments live in a dedicated cache (default ~/.cache/ortbisect-bench,
+or $ORTBISECT_BENCH_CACHE) except where a fresh cache is the point.
+
+Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace.
+See benchmarks/README.md for what each one measures and the bound it checks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+# A user's Python writes bytecode caches; some sandboxes switch that off, which
+# would make every command (and every bare worker) recompile its imports from
+# source. Measure what a user's machine does, for both sides alike.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from harness.runners.base import WORKER  # noqa: E402
+
+BISECT = ["uv", "run", "--quiet", "bisect"]
+MODEL = "gemma-tiny-fused"
+RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
+WIDE_TO = "1.32.0"  # N = 25
+TRACE_VERSION = "1.20.0"
+ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace")
+T_START = time.perf_counter()
+
+
+# --- plumbing -----------------------------------------------------------------------------------
+
+def say(msg: str) -> None:
+    print(f"[{time.perf_counter() - T_START:7.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def spread(xs, unit="s", digits=2) -> str:
+    """'median (min-max, n)' of a list of numbers."""
+    xs = [x for x in xs if x is not None]
+    if not xs:
+        return "n/a"
+    f = f"{{:.{digits}f}}"
+    if len(xs) == 1:
+        return f"{f.format(xs[0])} {unit} (1 run)"
+    return f"{f.format(statistics.median(xs))} {unit} (median of {len(xs)}, {f.format(min(xs))}-{f.format(max(xs))})"
+
+
+@dataclass
+class Row:
+    section: str
+    target: str
+    measured: str
+    bound: str
+    status: str  # PASS | MISS | info
+    note: str = ""
+    data: dict = field(default_factory=dict)
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.quick = args.quick
+        self.reps = args.reps
+        self.cold_reps = args.cold_reps
+        self.cache = Path(args.bench_cache).expanduser()
+        self.tmp = Path(tempfile.mkdtemp(prefix="ortbisect-bench-"))
+        self.rows: list[Row] = []
+        self.raw: dict = {}
+        self.arch = platform.machine()
+        self.python = f"{sys.version_info.major}.{sys.version_info.minor}"
+        self._versions: list[str] | None = None
+        self._run_docs: list[dict] = []  # warm `bisect run` summaries (overhead), reused for the probe count
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def fresh(self, what: str) -> Path:
+        return Path(tempfile.mkdtemp(prefix=f"{what}-", dir=self.tmp))
+
+    def bisect(self, args: list[str], cache: Path | None = None, results: Path | None = None,
+               env: dict | None = None, as_json: bool = True, ok=(0, 3)) -> tuple[float, dict | None]:
+        """Run `uv run bisect ARGS`, timed from outside; (wall seconds, parsed --json output)."""
+        cmd = [*BISECT, *args, "--cache-dir", str(cache or self.cache)]
+        if results is not None:
+            cmd += ["--results-dir", str(results)]
+        if as_json:
+            cmd.append("--json")
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              env={**os.environ, **(env or {})})
+        wall = time.perf_counter() - t0
+        if proc.returncode not in ok:
+            raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+        doc = json.loads(proc.stdout) if as_json else None
+        return wall, doc
+
+    def versions(self) -> list[str]:
+        if self._versions is None:
+            _, rows = self.bisect(["versions", "--from", RUN_FROM, "--to", WIDE_TO])
+            self._versions = [r["version"] for r in rows if r["wheel"]]
+        return self._versions
+
+    def inputs(self):
+        """Model and default batch of gemma-tiny-fused in the bench cache, as the harness resolves them."""
+        from harness import inputs, models
+
+        resolved = models.resolve(MODEL, self.cache)
+        return resolved, inputs.default_batch(resolved, self.cache)
+
+    def env_python(self, version: str, cache: Path | None = None) -> Path:
+        return (cache or self.cache) / "envs" / f"{self.arch}-py{self.python}" / f"onnxruntime-{version}" / "bin" / "python"
+
+    def bare_probe(self, version: str, request: dict) -> dict:
+        """The worker alone, as the harness runs it, timed from outside."""
+        work = self.fresh(f"bare-{version}")
+        req = {**request, "result_path": str(work / "result.json")}
+        if req.get("outputs_path"):
+            req["outputs_path"] = str(work / "outputs.npz")
+        (work / "request.json").write_text(json.dumps(req))
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        t0 = time.perf_counter()
+        proc = subprocess.run([str(self.env_python(version)), "-I", str(WORKER), str(work / "request.json")],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                              env=child_env, cwd=work)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0:
+            raise RuntimeError(f"bare worker {version} exited {proc.returncode}: {proc.stderr.decode()[-2000:]}")
+        result = json.loads((work / "result.json").read_text())
+        shutil.rmtree(work, ignore_errors=True)
+        return {"version": version, "wall_s": wall, "result": result}
+
+    def seeded_cache(self) -> Path:
+        """A cache with the bench cache's release listing, models and batches but no environment."""
+        d = self.fresh("cache-noenvs")
+        for item in self.cache.iterdir():
+            if item.name in ("envs", "trace-work"):
+                continue
+            if item.is_dir():
+                shutil.copytree(item, d / item.name, symlinks=True)
+            else:
+                shutil.copy2(item, d / item.name)
+        return d
+
+    @staticmethod
+    def probe_records(results: Path, doc: dict) -> list[dict]:
+        path = results / doc["run_id"] / "probes.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    # -- warm-up ---------------------------------------------------------------------------------
+    def warm_up(self):
+        self.cache.mkdir(parents=True, exist_ok=True)
+        missing = [v for v in self.versions() if not (self.env_python(v).parent.parent / "ortbisect-ready.json").exists()]
+        if not missing:
+            say(f"warm-up: all {len(self.versions())} environments of {RUN_FROM}..{WIDE_TO} present in {self.cache}")
+            self.inputs()
+            return
+        say(f"warm-up: installing {len(missing)} environments of {RUN_FROM}..{WIDE_TO} into {self.cache} "
+            f"(once; later runs reuse them)")
+        wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", RUN_FROM, "--to", WIDE_TO],
+                                results=self.fresh("warmup"))
+        created = sum(1 for v in self.versions() if self.env_python(v).exists())
+        say(f"warm-up done in {wall:.1f} s: {created}/{len(self.versions())} environments present")
+        self.inputs()
+
+    # -- 1. probes -------------------------------------------------------------------------------
+    def bench_probes(self):
+        from harness.search import simulate
+
+        say("probes: worst case over every boundary position (harness.search.simulate)")
+        vs = self.versions()
+        n22 = len([v for v in vs if _v(v) <= _v(RUN_TO)])
+        for n in (n22, len(vs)):
+            bound = math.ceil(math.log2(n)) + 2
+            counts = {}
+            for b in range(1, n):  # first bad release at index b; index 0 good, n-1 bad
+                truth = ["good"] * b + ["bad"] * (n - b)
+                sim = simulate(truth, "regression", 1)
+                assert sim.step.status == "found" and sim.step.hi == b, (n, b, sim.step)
+                counts[b] = len(sim.probed)
+            worst = max(counts.values())
+            at = [b for b, c in counts.items() if c == worst]
+            self.rows.append(Row("1 probes", f"worst-case probes, N={n} (simulate, all {n - 1} boundaries)",
+                                 f"{worst} (at boundary index {at[0]}{'...' if len(at) > 1 else ''})",
+                                 f"<= ceil(log2 {n})+2 = {bound}", "PASS" if worst <= bound else "MISS",
+                                 data={"n": n, "counts": counts, "worst": worst, "bound": bound}))
+        docs = self._run_docs
+        if not docs:
+            say(f"probes: real `bisect run --model {MODEL} --from {RUN_FROM} --to {RUN_TO}`")
+            _, doc = self.bisect(["run", "--model", MODEL, "--from", RUN_FROM, "--to", RUN_TO], results=self.fresh("run"))
+            docs = [doc]
+        doc = docs[0]
+        n = doc["release_count"]
+        bound = math.ceil(math.log2(n)) + 2
+        counts = sorted({d["probe_count"] for d in docs})
+        self.rows.append(Row("1 probes", f"real `bisect run {MODEL} {RUN_FROM}..{RUN_TO}` probe count (N={n})",
+                             f"{doc['probe_count']} (last good {doc.get('last_good')}, first bad {doc.get('first_bad')})",
+                             f"<= {bound}", "PASS" if max(counts) <= bound else "MISS",
+                             note="same count in every run" if len(counts) == 1 else f"counts seen: {counts}",
+                             data={"probes": [p["version"] for p in doc["probes"]]}))
+
+    # -- 2. overhead -----------------------------------------------------------------------------
+    def bench_overhead(self):
+        resolved, batch = self.inputs()
+        request = {"model": str(resolved.path), "inputs": str(batch), "outputs": list(resolved.spec.outputs),
+                   "session_options": {}, "memory_limit_mb": None, "outputs_path": "set per run"}
+        harness_walls, internal_walls, bare_sums, per_probe_over, nonrun, counts = [], [], [], [], [], []
+        inside_sums = []
+        probed: list[str] | None = None
+        for rep in range(self.reps):
+            order = ("harness", "bare") if rep % 2 == 0 or probed is None else ("bare", "harness")
+            for side in order:
+                if side == "harness":
+                    results = self.fresh("overhead")
+                    wall, doc = self.bisect(["run", "--model", MODEL, "--from", RUN_FROM, "--to", RUN_TO],
+                                            results=results)
+                    assert not any(p["reused"] for p in doc["probes"]), "a probe was reused: results dir not fresh"
+                    self._run_docs.append(doc)
+                    probed = [p["version"] for p in doc["probes"]]
+                    recs = self.probe_records(results, doc)
+                    nonrun += [r["seconds"] - r["result"]["run_s"] for r in recs if r.get("result", {}).get("run_s")]
+                    inside_sums.append(sum(r["seconds"] for r in recs))
+                    harness_walls.append(wall)
+                    internal_walls.append(doc["harness"]["wall_s"])
+                    counts.append(len(probed))
+                    say(f"overhead rep {rep + 1}/{self.reps}: bisect run {wall:.2f} s "
+                        f"(harness's own wall {doc['harness']['wall_s']:.2f} s, {len(probed)} probes)")
+                else:
+                    bare = [self.bare_probe(v, request) for v in probed]
+                    bare_sums.append(sum(b["wall_s"] for b in bare))
+                    say(f"overhead rep {rep + 1}/{self.reps}: {len(bare)} bare worker processes {bare_sums[-1]:.2f} s")
+            per_probe_over.append((harness_walls[-1] - bare_sums[-1]) / counts[-1])
+        h, b = med(harness_walls), med(bare_sums)
+        ratio = h / b
+        self.rows.append(Row("2 overhead", f"warm `bisect run` wall / sum of its {counts[0]} bare worker processes",
+                             f"{ratio:.3f}x ({h:.2f} s / {b:.2f} s)", "<= 1.15x", "PASS" if ratio <= 1.15 else "MISS",
+                             note=f"bisect run {spread(harness_walls)}; bare sum {spread(bare_sums)}; "
+                                  f"harness's own wall_s {spread(internal_walls)} (without `uv run` start-up)",
+                             data={"harness_walls": harness_walls, "internal_walls": internal_walls, "bare_sums": bare_sums,
+                                   "probed": probed}))
+        self.raw["overhead_internal_ratio"] = med(internal_walls) / b
+        startup, cli = [], []
+        for _ in range(self.reps):
+            t0 = time.perf_counter()
+            subprocess.run(["uv", "run", "--quiet", "true"], cwd=REPO, check=True, capture_output=True)
+            startup.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            subprocess.run([*BISECT, "--version"], cwd=REPO, check=True, capture_output=True)
+            cli.append(time.perf_counter() - t0)
+        self.rows.append(Row("2 overhead", "harness's own wall_s / bare sum (without `uv run` start-up)",
+                             f"{med(internal_walls) / b:.3f}x", "(diagnostic)", "info",
+                             note=f"`uv run true` alone (project sync check + bytecode compile): {spread(startup)}; "
+                                  f"`uv run bisect --version` (+ CLI imports): {spread(cli)}; "
+                                  f"sum of the worker processes' wall inside the harness {spread(inside_sums)} "
+                                  f"vs bare {spread(bare_sums)}",
+                             data={"uv_run_startup": startup, "cli_startup": cli, "inside_sums": inside_sums}))
+        self.rows.append(Row("2 overhead", "harness overhead per probe ((bisect wall - bare sum) / probes)",
+                             spread(per_probe_over), "", "info", data={"values": per_probe_over}))
+        self.rows.append(Row("2 overhead", "per probe: worker process wall - its run_s (start-up, import, session)",
+                             spread(nonrun, digits=3), "", "info",
+                             note="what a probe costs besides inference; the same in the bare runs",
+                             data={"values": nonrun}))
+        self.bench_env_create()
+
+    def bench_env_create(self):
+        from harness.runners.uv import UvRunner, uv_bin
+        from harness.versions import ReleaseIndex, Target
+
+        release = next(r for r in ReleaseIndex(self.cache, uv_bin()).releases() if r.version == ENV_VERSION)
+        target = Target(self.arch, self.python)
+        times = {"warm": [], "cold": []}
+        for rep in range(self.reps):
+            for kind in (("warm", "cold") if rep % 2 == 0 else ("cold", "warm")):
+                cache = self.fresh(f"env-{kind}")
+                saved = os.environ.get("UV_CACHE_DIR")
+                if kind == "cold":
+                    os.environ["UV_CACHE_DIR"] = str(self.fresh("uvcache"))
+                try:
+                    t0 = time.perf_counter()
+                    env = UvRunner(target, cache).prepare(release)
+                    times[kind].append(time.perf_counter() - t0)
+                    assert env.created
+                finally:
+                    if kind == "cold":
+                        shutil.rmtree(os.environ["UV_CACHE_DIR"], ignore_errors=True)
+                        if saved is None:
+                            os.environ.pop("UV_CACHE_DIR")
+                        else:
+                            os.environ["UV_CACHE_DIR"] = saved
+                    shutil.rmtree(cache, ignore_errors=True)
+                say(f"environment {ENV_VERSION} rep {rep + 1}/{self.reps} {kind}: {times[kind][-1]:.2f} s")
+        self.rows.append(Row("2 overhead", f"create an environment ({ENV_VERSION}), warm uv cache",
+                             spread(times["warm"]), "", "info", note="UvRunner.prepare: uv venv + uv pip install",
+                             data=times))
+        self.rows.append(Row("2 overhead", f"create an environment ({ENV_VERSION}), cold uv cache (download)",
+                             spread(times["cold"]), "", "info", note="UV_CACHE_DIR = an empty directory"))
+
+    # -- 3. against the by-hand loop ----------------------------------------------------------------
+    def bench_byhand(self):
+        resolved, batch = self.inputs()
+        vs = [v for v in self.versions() if _v(v) <= _v(RUN_TO)]
+        n = len(vs)
+        loop_vs = vs if not self.quick else [vs[round(i * (n - 1) / 3)] for i in range(4)]
+        cold = []
+        for rep in range(self.cold_reps):
+            uvc = self.fresh("uvcache")
+            cache = self.fresh("cache-cold")
+            wall, doc = self.bisect(["run", "--model", MODEL, "--from", RUN_FROM, "--to", RUN_TO], cache=cache,
+                                    results=self.fresh("cold"), env={"UV_CACHE_DIR": str(uvc)})
+            cold.append(wall)
+            say(f"by-hand rep {rep + 1}/{self.cold_reps}: cold `bisect run` (fresh --cache-dir and UV_CACHE_DIR) "
+                f"{wall:.1f} s, {doc['probe_count']} probes")
+            shutil.rmtree(uvc, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
+        py = subprocess.run(["python3", "-c", "import sys; print(sys.executable)"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+        work = self.fresh("byhand")
+        cmd = ["bash", str(REPO / "benchmarks" / "byhand.sh"), str(resolved.path), str(batch), str(work), *loop_vs]
+        say(f"by-hand loop over {len(loop_vs)} of {n} releases ({py} -m venv, pip install --no-cache-dir): "
+            f"a few minutes")
+        t0 = time.perf_counter()
+        per = {}
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHON": py}, stdin=subprocess.DEVNULL) as proc:
+            for line in proc.stdout:
+                if line.startswith("TIME "):
+                    _, v, secs, *rest = line.split(maxsplit=3)
+                    per[v] = float(secs)
+                    say(f"by-hand {v}: {float(secs):.1f} s  {' '.join(rest).strip()}")
+            stderr = proc.stderr.read()
+        loop_wall = time.perf_counter() - t0
+        if proc.returncode != 0 or len(per) != len(loop_vs):
+            raise RuntimeError(f"by-hand loop failed ({proc.returncode}): {stderr[-2000:]}")
+        shutil.rmtree(work, ignore_errors=True)
+        loop_total = sum(per.values()) * n / len(loop_vs)
+        how = (f"extrapolated: {len(loop_vs)} of {n} releases ({', '.join(loop_vs)}) x {n}/{len(loop_vs)}"
+               if len(loop_vs) < n else f"all {n} releases, one pass (outside wall {loop_wall:.1f} s)")
+        c = med(cold)
+        ratio = loop_total / c
+        self.rows.append(Row("3 by-hand", f"by-hand loop over {n} releases / cold `bisect run`",
+                             f"{ratio:.1f}x ({loop_total:.0f} s / {c:.1f} s)", ">= 20x",
+                             "PASS" if ratio >= 20 else "MISS",
+                             note=f"loop {how}, per release {spread(list(per.values()), digits=1)}; "
+                                  f"cold bisect run {spread(cold, digits=1)}",
+                             data={"loop_per_release": per, "loop_total": loop_total, "extrapolated": len(loop_vs) < n,
+                                   "cold_bisect": cold}))
+
+    # -- 4. parallel sweep -------------------------------------------------------------------------
+    def bench_parallel(self):
+        vs = self.versions()[:12]
+        ks = [1, 2] + ([4] if (os.cpu_count() or 1) >= 4 else [])
+        walls = {k: [] for k in ks}
+        for rep in range(self.reps):
+            for k in (ks if rep % 2 == 0 else ks[::-1]):
+                wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", vs[0], "--to", vs[-1], "-j", str(k)],
+                                        results=self.fresh(f"sweep-j{k}"))
+                assert doc["probe_count"] == len(vs) and not any(p["reused"] for p in doc["probes"])
+                walls[k].append(wall)
+                say(f"parallel rep {rep + 1}/{self.reps}: sweep of {len(vs)} releases -j {k}: {wall:.2f} s")
+        r = med(walls[1]) / med(walls[2])
+        curve = "; ".join(f"-j {k}: {spread(walls[k])}" for k in ks)
+        self.rows.append(Row("4 parallel", f"sweep {vs[0]}..{vs[-1]} ({len(vs)} releases): -j 1 wall / -j 2 wall",
+                             f"{r:.2f}x", ">= 1.00x (-j 2 not slower)", "PASS" if r >= 1.0 else "MISS",
+                             note=f"{os.cpu_count()} CPUs; {curve}" + ("" if 4 in ks else "; K=4 curve skipped (< 4 CPUs)"),
+                             data={str(k): v for k, v in walls.items()}))
+
+    # -- 5. prefetch -------------------------------------------------------------------------------
+    def bench_prefetch(self):
+        walls = {"--prefetch": [], "--no-prefetch": []}
+        for rep in range(self.cold_reps):
+            for flag in (walls if rep % 2 == 0 else list(walls)[::-1]):
+                cache = self.seeded_cache()
+                wall, doc = self.bisect(["run", "--model", MODEL, "--from", RUN_FROM, "--to", RUN_TO, flag],
+                                        cache=cache, results=self.fresh("prefetch"))
+                walls[flag].append(wall)
+                say(f"prefetch rep {rep + 1}/{self.cold_reps}: {flag}: {wall:.2f} s ({doc['probe_count']} probes)")
+                shutil.rmtree(cache, ignore_errors=True)
+        on, off = med(walls["--prefetch"]), med(walls["--no-prefetch"])
+        self.rows.append(Row("5 prefetch", "`bisect run`, environments absent, uv cache warm: time saved by --prefetch",
+                             f"{off - on:.2f} s ({(off - on) / off * 100:.0f} %)", "(report; > 0 expected)",
+                             "PASS" if on < off else "MISS",
+                             note=f"--prefetch {spread(walls['--prefetch'])}; --no-prefetch {spread(walls['--no-prefetch'])}",
+                             data=walls))
+
+    # -- 6. memory ---------------------------------------------------------------------------------
+    def bench_memory(self):
+        vs = self.versions()
+        results = self.fresh("sweep25")
+        wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", vs[0], "--to", vs[-1]], results=results)
+        recs = self.probe_records(results, doc)
+        peaks = [r["result"]["peak_rss_mb"] for r in recs if (r.get("result") or {}).get("peak_rss_mb")]
+        h = doc["harness"]["peak_rss_mb"]
+        say(f"memory: sweep of {doc['release_count']} releases in {wall:.1f} s, harness peak RSS {h} MB")
+        self.rows.append(Row("6 memory", f"harness peak RSS, `sweep` {vs[0]}..{vs[-1]} ({doc['release_count']} releases)",
+                             f"{h:.1f} MB", "< 200 MB", "PASS" if h < 200 else "MISS",
+                             note=f"JSON harness.peak_rss_mb, one sweep ({len(recs)} probes run, {wall:.0f} s)",
+                             data={"harness_peak_rss_mb": h}))
+        self.rows.append(Row("6 memory", "probe worker peak RSS (probes.jsonl result.peak_rss_mb)",
+                             spread(peaks, unit="MB", digits=1), "", "info", data={"peaks": peaks}))
+
+    # -- 7. trace memory ---------------------------------------------------------------------------
+    def bench_trace(self):
+        from bigmodel import build
+
+        say("trace: building the fp16 model (16 x MatMul 4096x4096 + residual Add) with external data")
+        model, batch, weight_bytes = build(REPO / "results" / "benchmarks" / "bigmodel", log=say)
+        model_mb = weight_bytes / 2**20
+        budget = 256
+        allowance = 256
+        bound = model_mb + budget + allowance
+        request = {"model": str(model), "inputs": str(batch), "outputs": [], "session_options": {},
+                   "memory_limit_mb": None, "outputs_path": None}
+        plain_walls, plain_peaks, trace_walls, trace_inner, trace_peaks, npasses = [], [], [], [], [], []
+        for rep in range(self.reps):
+            for side in (("plain", "trace") if rep % 2 == 0 else ("trace", "plain")):
+                if side == "plain":
+                    b = self.bare_probe(TRACE_VERSION, request)
+                    plain_walls.append(b["wall_s"])
+                    plain_peaks.append(b["result"]["peak_rss_mb"])
+                    say(f"trace rep {rep + 1}/{self.reps}: plain inference {b['wall_s']:.2f} s, "
+                        f"peak RSS {b['result']['peak_rss_mb']:.0f} MB")
+                else:
+                    wall, doc = self.bisect(["trace", "--model", str(model), "--inputs", str(batch), "--version",
+                                             TRACE_VERSION, "--budget-mb", str(budget), "--refresh"],
+                                            results=self.fresh("trace"), ok=(0,))
+                    passes = doc.get("passes") or []
+                    peak = max((p.get("peak_rss_mb") or 0) for p in passes) if passes else None
+                    trace_walls.append(wall)
+                    trace_inner.append(doc.get("seconds"))
+                    trace_peaks.append(peak)
+                    npasses.append(len(passes))
+                    say(f"trace rep {rep + 1}/{self.reps}: bisect trace {wall:.2f} s ({len(passes)} passes, "
+                        f"max pass peak RSS {peak:.0f} MB, verdict {doc.get('verdict')})")
+        shutil.rmtree(self.cache / "trace-work", ignore_errors=True)  # the optimized copies of the big model
+        tp, pp = max(trace_peaks), max(plain_peaks)
+        self.rows.append(Row("7 trace", f"`bisect trace` max pass peak RSS, {model_mb:.0f} MiB fp16 model, --budget-mb {budget}",
+                             f"{tp:.0f} MB (max over {len(trace_peaks)} traces of {npasses[0]} passes)",
+                             f"<= {model_mb:.0f} + {budget} + {allowance} = {bound:.0f} MB",
+                             "PASS" if tp <= bound else "MISS",
+                             note=f"bound = model weights + budget + {allowance} MB allowance for the interpreter, "
+                                  f"onnxruntime, numpy and the arena; plain inference peak {pp:.0f} MB "
+                                  f"({'within' if pp <= bound else 'ALSO above'} the same bound)",
+                             data={"trace_peaks": trace_peaks, "plain_peaks": plain_peaks, "model_mib": model_mb,
+                                   "bound": bound}))
+        self.rows.append(Row("7 trace", "trace max pass peak - plain inference peak",
+                             f"{tp - pp:+.0f} MB", f"<= budget {budget} MB", "PASS" if tp - pp <= budget else "MISS",
+                             note=f"plain inference peak RSS {spread(plain_peaks, unit='MB', digits=0)}; "
+                                  f"trace pass peak {spread(trace_peaks, unit='MB', digits=0)}"))
+        r = med(trace_walls) / med(plain_walls)
+        self.rows.append(Row("7 trace", "trace time / plain inference time",
+                             f"{r:.1f}x ({med(trace_walls):.1f} s / {med(plain_walls):.1f} s)", "", "info",
+                             note=f"bisect trace {spread(trace_walls)} (its own seconds {spread(trace_inner)}); "
+                                  f"plain worker {spread(plain_walls)}",
+                             data={"trace_walls": trace_walls, "plain_walls": plain_walls}))
+
+    # -- report ------------------------------------------------------------------------------------
+    def report(self, command: str, wall: float, failures: dict) -> str:
+        head = ["#", "target", "measured", "bound", "status"]
+        lines = [
+            f"ortbisect benchmarks · {platform.machine()} · {os.cpu_count()} CPUs · Python {platform.python_version()} · "
+            f"{'quick' if self.quick else 'full'} · {self.reps} reps ({self.cold_reps} for installing runs) · {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            "",
+            "| " + " | ".join(head) + " |",
+            "|" + "|".join("---" for _ in head) + "|",
+        ]
+        for r in self.rows:
+            lines.append("| " + " | ".join([r.section, r.target, r.measured, r.bound, r.status]) + " |")
+        lines.append("")
+        lines.append("Notes:")
+        for r in self.rows:
+            if r.note:
+                lines.append(f"- [{r.section}] {r.target}: {r.note}")
+        for name, msg in failures.items():
+            lines.append(f"- [{name}] FAILED TO MEASURE: {msg}")
+        misses = [r for r in self.rows if r.status == "MISS"]
+        lines.append("")
+        lines.append(f"{sum(r.status == 'PASS' for r in self.rows)} PASS, {len(misses)} MISS, "
+                     f"{len(failures)} not measured · command: {command} · benchmark wall {wall:.0f} s")
+        return "\n".join(lines)
+
+
+def _v(text: str):
+    from packaging.version import Version
+
+    return Version(text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="by-hand loop on 4 releases, extrapolated")
+    p.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(NAMES)}")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of every timing (median reported)")
+    p.add_argument("--cold-reps", type=int, default=3,
+                   help="repetitions of the runs that install environments (prefetch, cold bisect run)")
+    p.add_argument("--bench-cache", default=os.environ.get("ORTBISECT_BENCH_CACHE", "~/.cache/ortbisect-bench"))
+    p.add_argument("--keep-tmp", action="store_true", help="keep the scratch directories")
+    args = p.parse_args(argv)
+    only = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
+    unknown = set(only) - set(NAMES)
+    if unknown:
+        p.error(f"--only: unknown {sorted(unknown)}; choose from {', '.join(NAMES)}")
+    if args.reps < 1 or args.cold_reps < 1:
+        p.error("--reps must be at least 1")
+    command = "uv run python benchmarks/run.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    bench = Bench(args)
+    say(f"benchmarks {', '.join(only)}; bench cache {bench.cache}; scratch {bench.tmp}")
+    failures = {}
+    try:
+        bench.warm_up()
+        # overhead first: its warm `bisect run`s also give the real probe count
+        for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "byhand"):
+            if name not in only:
+                continue
+            say(f"=== {name} ===")
+            try:
+                getattr(bench, f"bench_{name}")()
+            except Exception as exc:  # one broken measurement must not lose the others
+                failures[name] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+                say(f"{name} failed: {exc}")
+    finally:
+        if not args.keep_tmp:
+            shutil.rmtree(bench.tmp, ignore_errors=True)
+    wall = time.perf_counter() - T_START
+    text = bench.report(command, wall, failures)
+    print(text)
+    out = REPO / "results" / "benchmarks"
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    doc = {"command": command, "quick": args.quick, "reps": args.reps, "wall_s": wall, "cpus": os.cpu_count(),
+           "machine": platform.machine(), "generated": time.strftime("%Y-%m-%dT%H:%M:%S"), "failures": failures,
+           "rows": [r.__dict__ for r in bench.rows], "raw": bench.raw}
+    for name in (f"bench-{stamp}", "latest"):
+        (out / f"{name}.json").write_text(json.dumps(doc, indent=1, default=str))
+        (out / f"{name}.md").write_text(text + "\n")
+    say(f"written {out / f'bench-{stamp}.json'} and .md (also latest.json / latest.md)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
