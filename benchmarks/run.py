@@ -10,7 +10,7 @@ noisy neighbour hits both. Every `bisect` is the real command line
 environments live in a dedicated cache (default ~/.cache/ortbisect-bench,
 or $ORTBISECT_BENCH_CACHE) except where a fresh cache is the point.
 
-Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace.
+Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends.
 See benchmarks/README.md for what each one measures and the bound it checks.
 """
 
@@ -47,7 +47,7 @@ RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
 WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
-NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace")
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends")
 T_START = time.perf_counter()
 
 
@@ -423,6 +423,60 @@ class Bench:
         self.rows.append(Row("6 memory", "probe worker peak RSS (probes.jsonl result.peak_rss_mb)",
                              spread(peaks, unit="MB", digits=1), "", "info", data={"peaks": peaks}))
 
+    # -- backends: the same tiny model on each backend; emulation slowdown -------------------------
+    def bench_backends(self):
+        sys.path.insert(0, str(REPO / "tests"))
+        import builders
+        import numpy as np
+
+        d = self.tmp / "backends"
+        d.mkdir(parents=True, exist_ok=True)
+        tiny = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
+        np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+        from harness.runners.docker_engine import engine_status
+
+        docker_ok, docker_why = engine_status()
+        targets = [("native x86_64", ["--arch", "x86_64", "--backend", "uv"]),
+                   ("qemu aarch64 neoverse-n1", ["--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1"]),
+                   ("docker amd64", ["--arch", "x86_64", "--backend", "docker"]),
+                   ("docker arm64 neoverse-n1", ["--arch", "aarch64", "--backend", "docker", "--cpu", "neoverse-n1"])]
+        version = "1.24.1"
+        for label, flags in targets:
+            if "docker" in flags and not docker_ok:
+                self.rows.append(Row("backends", f"probe seconds, tiny model, {label}", "not measured", "", "info",
+                                     note=f"no docker engine: {docker_why}"))
+                continue
+            args = ["sweep", "--model", str(tiny), "--inputs", str(d / "batch.npz"), "--from", version, "--to", version,
+                    *flags]
+            self.bisect(args, results=self.fresh("backend-warm"))  # environment, image, sysroot in place
+            probe_s, walls = [], []
+            for _ in range(self.args.reps):
+                wall, doc = self.bisect(args, results=self.fresh("backend"))
+                probe_s.append(doc["probes"][0]["seconds"])
+                walls.append(wall)
+            say(f"backends: {label}: probe {statistics.median(probe_s):.2f} s, command {statistics.median(walls):.2f} s")
+            self.rows.append(Row("backends", f"probe seconds (worker process), tiny model, {label}",
+                                 spread(probe_s), "", "info", note=f"whole command {spread(walls)}",
+                                 data={"probe_s": probe_s, "wall_s": walls}))
+        # Emulation slowdown on the embedded decomposed model: inference time (run_s) under qemu vs native.
+        run_s = {}
+        for label, flags in (("native", ["--arch", "x86_64", "--backend", "uv"]),
+                             ("qemu", ["--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1"])):
+            args = ["sweep", "--model", "gemma-tiny-decomposed", "--from", "1.23.2", "--to", "1.23.2", *flags,
+                    "--timeout", "900"]
+            self.bisect(args, results=self.fresh("emu-warm"))
+            run_s[label] = []
+            for _ in range(self.args.reps):
+                results = self.fresh("emu")
+                _, doc = self.bisect(args, results=results)
+                (rec,) = self.probe_records(results, doc)
+                run_s[label].append(rec["result"]["run_s"])
+        ratio = statistics.median(run_s["qemu"]) / statistics.median(run_s["native"])
+        self.rows.append(Row("backends", "emulation slowdown: gemma-tiny-decomposed inference (run_s), qemu / native",
+                             f"{ratio:.0f}x", "", "info",
+                             note=f"qemu {spread(run_s['qemu'])}; native {spread(run_s['native'])} (1.23.2, 20x512 batch)",
+                             data=run_s))
+
     # -- 7. trace memory ---------------------------------------------------------------------------
     def bench_trace(self):
         from bigmodel import build
@@ -533,7 +587,7 @@ def main(argv=None) -> int:
     try:
         bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
-        for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "byhand"):
+        for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

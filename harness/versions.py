@@ -18,7 +18,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import httpx
 from packaging.tags import Tag
 from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import InvalidVersion, Version
@@ -117,6 +116,10 @@ def releases_from_simple_json(doc: dict) -> list[Release]:
     return [by_version[v] for v in sorted(by_version) if not by_version[v].yanked]
 
 
+class IndexUnavailable(Exception):
+    """The package index could not be read."""
+
+
 class ReleaseIndex:
     """The release listing, fetched once and cached so later runs work offline."""
 
@@ -126,10 +129,15 @@ class ReleaseIndex:
         self.offline = offline
 
     def _fetch(self) -> dict:
+        import httpx  # only when the listing is fetched: most runs read the cached one
+
         url = f"{configured_index_url(self.uv_bin)}/{PACKAGE}/"
-        resp = httpx.get(url, headers={"Accept": SIMPLE_JSON}, timeout=30, follow_redirects=True)
-        resp.raise_for_status()
-        return resp.json()
+        try:
+            resp = httpx.get(url, headers={"Accept": SIMPLE_JSON}, timeout=30, follow_redirects=True)
+            resp.raise_for_status()
+            return resp.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise IndexUnavailable(str(exc)) from None
 
     def releases(self, refresh: bool = False) -> list[Release]:
         cached = self._read_cache()
@@ -138,7 +146,7 @@ class ReleaseIndex:
             return [Release(**r) for r in cached["releases"]]
         try:
             releases = releases_from_simple_json(self._fetch())
-        except (httpx.HTTPError, subprocess.CalledProcessError, OSError) as exc:
+        except (IndexUnavailable, subprocess.CalledProcessError, OSError) as exc:
             if cached is not None:  # offline: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
             raise UsageError(f"cannot list {PACKAGE} releases from the package index: {exc}") from None
