@@ -16,7 +16,7 @@ from harness import __version__
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 
 from harness.options import (  # noqa: F401  (option groups are shared with harness.commands)
-    EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, default_cache_dir, err, model_options, out, probe_options, range_options,
+    ARCH_ALIASES, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, default_cache_dir, err, model_options, out, probe_options, range_options,
     search_spec, store_options, target_options,
 )
 
@@ -168,9 +168,6 @@ class Progress:
             f"probe {self.count:>2}: onnxruntime {record['version']:<8} [{style}]{record['verdict']:<7}[/] "
             f"{escape(record.get('why') or '')} ({how})"
         )
-
-
-ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
 
 
 def _search(opts: dict, sweep: bool) -> int:

@@ -17,6 +17,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
+ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}  # docker's names for the same CPUs
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ortbisect"

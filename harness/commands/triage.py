@@ -9,21 +9,10 @@ import click
 from rich.markup import escape
 
 from harness.errors import UsageError
-from harness.options import (err, model_options, out, range_options, search_spec, store_options,
-                             target_options)
+from harness.options import (ARCH_ALIASES, compose, err, model_options, out, range_options, search_spec,
+                             store_options, target_options)
 
-ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}
-
-
-def _compose(*decorators):
-    def apply(f):
-        for d in reversed(decorators):
-            f = d(f)
-        return f
-    return apply
-
-
-common = _compose(
+common = compose(
     click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True),
     click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
     click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
