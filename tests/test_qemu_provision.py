@@ -357,7 +357,7 @@ def test_lock_serializes_processes(tmp_path):
     )
     a.wait(timeout=30)
     assert time.monotonic() - t0 > 1.0
-    assert "waiting for another provisioning run" in b.stdout
+    assert "waiting for another run" in b.stdout
 
 
 # ---------------------------------------------------------------- real provisioning

@@ -7,6 +7,7 @@ report) sees only `Runner` and `ProcessOutcome`, never a backend's name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,9 +19,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from filelock import FileLock
-
 from harness.errors import EnvironmentSkip
+from harness.locking import file_lock
 from harness.versions import Release, Target
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
@@ -104,15 +104,14 @@ def locked_build(path: Path, version: str, build) -> Environment:
     """
     t0 = time.perf_counter()
     marker = path / READY
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(str(path) + ".lock")
-        lock.acquire()
-    except OSError as exc:
-        if marker.exists():  # a read-only cache still serves what it holds
-            return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
-        raise EnvironmentSkip(f"cannot create an environment in {path.parent}: {exc.strerror or exc}") from None
-    try:
+    with contextlib.ExitStack() as held:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            held.enter_context(file_lock(Path(str(path) + ".lock")))
+        except OSError as exc:
+            if marker.exists():  # a read-only cache still serves what it holds
+                return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
+            raise EnvironmentSkip(f"cannot create an environment in {path.parent}: {exc.strerror or exc}") from None
         if marker.exists():
             return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
         shutil.rmtree(path, ignore_errors=True)
@@ -123,13 +122,11 @@ def locked_build(path: Path, version: str, build) -> Environment:
             raise
         info = {**info, "version": version, "created_s": round(time.perf_counter() - t0, 3)}
         marker.write_text(json.dumps(info))
-    finally:
-        lock.release()
     return Environment(version, path, True, time.perf_counter() - t0, info)
 
 
 def forget_build(path: Path) -> None:
-    with FileLock(str(path) + ".lock"):
+    with file_lock(Path(str(path) + ".lock")):
         (path / READY).unlink(missing_ok=True)
 
 

@@ -281,7 +281,7 @@ def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = _noop_log) -> tu
     ``.json`` sidecar (mirror, sha256, size, build seconds); a later call
     with the same cache dir reuses it. Needs root; arm64 needs binfmt.
     """
-    from filelock import FileLock
+    from harness.locking import file_lock
 
     arch = normalize_arch(arch)
     root = Path(cache_dir).expanduser() / "rootfs"
@@ -290,7 +290,7 @@ def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = _noop_log) -> tu
     tar = root / f"{SUITE}-python3.11-{arch}-{key}.tar"
     meta_path = tar.with_suffix(".json")
 
-    with FileLock(str(root / f"{arch}.lock"), timeout=3600):
+    with file_lock(root / f"{arch}.lock", on_wait=log):
         if tar.is_file() and meta_path.is_file():
             meta = json.loads(meta_path.read_text())
             log(f"rootfs {arch}: cached {tar} ({meta.get('size_bytes', 0) / 1e6:.0f} MB)")

@@ -27,7 +27,6 @@ Stdlib + ``packaging`` only.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import platform
@@ -44,6 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
+
+from harness.locking import file_lock
 
 __all__ = [
     "DEFAULT_CPU",
@@ -576,17 +577,8 @@ def _apt_lines(
 @contextmanager
 def _locked(tools_dir: Path, name: str, log: Log) -> Iterator[None]:
     tools_dir.mkdir(parents=True, exist_ok=True)
-    lock_path = tools_dir / f".{name}.lock"
-    with open(lock_path, "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log(f"waiting for another provisioning run ({lock_path})")
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+    with file_lock(tools_dir / f".{name}.lock", on_wait=log):
+        yield
 
 
 @contextmanager
