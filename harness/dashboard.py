@@ -76,9 +76,9 @@ class Row:
 
 
 def _target_label(prov: dict, options: dict) -> str:
-    parts = [prov.get("arch") or "?", prov.get("backend") or "?"]
-    if prov.get("cpu"):
-        parts.append(f"cpu {prov['cpu']}")
+    from harness.report import target_label
+
+    parts = [target_label(prov)]
     if prov.get("python"):
         parts.append(f"py{prov['python']}")
     if options:

@@ -94,15 +94,19 @@ VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": 
                  "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
 
 
+def target_label(prov: dict) -> str:
+    """Where probes ran, for titles: "aarch64 · qemu · cpu neoverse-n1"."""
+    parts = [prov.get("arch") or "?", prov.get("backend") or "?"]
+    if prov.get("cpu"):
+        parts.append(f"cpu {prov['cpu']}")
+    return " · ".join(parts)
+
+
 def table(doc: dict):
     from rich.markup import escape
     from rich.table import Table
 
-    prov = doc.get("provenance") or {}
-    title = f"onnxruntime probes · {prov.get('arch', '?')} · {prov.get('backend', '?')}"
-    if prov.get("cpu"):
-        title += f" · cpu {prov['cpu']}"
-    t = Table(title=title, title_justify="left")
+    t = Table(title=f"onnxruntime probes · {target_label(doc.get('provenance') or {})}", title_justify="left")
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
                       ("rows", "right"), ("seconds", "right"), ("note", "left")):
         t.add_column(col, justify=just)

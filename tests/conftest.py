@@ -61,3 +61,12 @@ def residual_norm(tmp_path_factory) -> tuple[Path, Path]:
     model = builders.save(builders.residual_norm_model(), d / "residual_norm.onnx")
     np.savez(d / "batch.npz", **builders.residual_norm_inputs())
     return model, d / "batch.npz"
+
+
+@pytest.fixture(scope="session")
+def residual_overflow(tmp_path_factory) -> tuple[Path, Path]:
+    """The fp16 residual-Add overflow model (NaN from 1.24.1 on aarch64 with asimdhp) and its batch."""
+    d = tmp_path_factory.mktemp("residual_overflow")
+    model = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    return model, d / "batch.npz"

@@ -6,20 +6,10 @@ import platform
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-import builders
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
-
-
-@pytest.fixture(scope="module")
-def overflow(tmp_path_factory) -> tuple[Path, Path]:
-    d = tmp_path_factory.mktemp("overflow")
-    model = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
-    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-    return model, d / "batch.npz"
 
 
 def verdicts(doc: dict) -> dict[str, tuple[str, int]]:
@@ -32,8 +22,8 @@ def verdicts(doc: dict) -> dict[str, tuple[str, int]]:
     ("neoverse-n1", {"1.23.2": ("good", 0), "1.24.1": ("bad", 2)}),  # asimdhp: Add runs in fp16 from 1.24.1
     ("cortex-a72", {"1.23.2": ("good", 0), "1.24.1": ("good", 0)}),  # no fp16 arithmetic: fp32 path throughout
 ])
-def test_qemu_cpu_model_decides_the_verdict(bisect, overflow, cpu, expected):
-    model, batch = overflow
+def test_qemu_cpu_model_decides_the_verdict(bisect, residual_overflow, cpu, expected):
+    model, batch = residual_overflow
     r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
                "--arch", "aarch64", "--backend", "qemu", "--cpu", cpu, "--json")
     assert r.returncode in (0, 3), r.stderr
@@ -46,8 +36,8 @@ def test_qemu_cpu_model_decides_the_verdict(bisect, overflow, cpu, expected):
 
 @pytest.mark.release
 @pytest.mark.skipif(platform.machine() != "x86_64", reason="compares with native x86_64")
-def test_native_x86_is_finite_on_both(bisect, overflow):
-    model, batch = overflow
+def test_native_x86_is_finite_on_both(bisect, residual_overflow):
+    model, batch = residual_overflow
     r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1", "--json")
     assert r.returncode == 3, r.stderr
     assert verdicts(r.json()) == {"1.23.2": ("good", 0), "1.24.1": ("good", 0)}
@@ -55,8 +45,8 @@ def test_native_x86_is_finite_on_both(bisect, overflow):
 
 @pytest.mark.release
 @pytest.mark.qemu
-def test_qemu_run_names_1_24_1(bisect, overflow, tmp_path):
-    model, batch = overflow
+def test_qemu_run_names_1_24_1(bisect, residual_overflow, tmp_path):
+    model, batch = residual_overflow
     r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.22.1", "--to", "1.25.1",
                "--arch", "aarch64", "--backend", "qemu", "--json", results=tmp_path / "res")
     assert r.returncode == 0, r.stderr
@@ -74,9 +64,9 @@ def test_qemu_run_names_1_24_1(bisect, overflow, tmp_path):
 
 @pytest.mark.release
 @pytest.mark.qemu
-def test_qemu_runs_a_release_from_1_28_on(bisect, overflow):
+def test_qemu_runs_a_release_from_1_28_on(bisect, residual_overflow):
     """QEMU 7.2 crashes importing onnxruntime >= 1.28; the provisioned QEMU 10 runs it."""
-    model, batch = overflow
+    model, batch = residual_overflow
     r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.28.0", "--to", "1.28.0",
                "--arch", "aarch64", "--json")  # --backend auto picks qemu for a foreign arch
     assert r.returncode == 3, r.stderr
@@ -98,14 +88,14 @@ def test_search_results_and_report_have_no_backend_branches():
     ("x86_64", {"1.23.2": ("good", 0), "1.24.1": ("good", 0)}),
     ("aarch64", {"1.23.2": ("good", 0), "1.24.1": ("bad", 2)}),  # QEMU_CPU=neoverse-n1 inside the container
 ])
-def test_docker_gives_the_native_and_qemu_verdicts(bisect, overflow, arch, expected):
+def test_docker_gives_the_native_and_qemu_verdicts(bisect, residual_overflow, arch, expected):
     from harness.runners.docker_engine import engine_status
 
     ok, reason = engine_status()
     if not ok:
         print(f"docker backend test skipped: {reason}")
         pytest.skip(f"no docker engine: {reason}")
-    model, batch = overflow
+    model, batch = residual_overflow
     r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
                "--arch", arch, "--backend", "docker", "--json")
     assert r.returncode in (0, 3), r.stderr

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -10,8 +9,7 @@ import onnx
 import pytest
 
 import builders
-from harness import mitigate, search, triage
-from harness.surgery import node_key
+from harness import mitigate, triage
 
 def cli(bisect, *args, results: Path):
     return bisect(*args, "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results), "--json")

@@ -113,11 +113,10 @@ def options_command(version, levels, modes, threads_, switches, jobs, as_json, *
 def options_table(doc: dict):
     from rich.table import Table
 
-    from harness.report import VERDICT_STYLE
+    from harness.report import VERDICT_STYLE, target_label
 
     prov = doc["provenance"]
-    t = Table(title=f"session options · onnxruntime {doc['version']} · {prov.get('arch')} · {prov.get('backend')}"
-                    + (f" · cpu {prov['cpu']}" if prov.get("cpu") else ""), title_justify="left")
+    t = Table(title=f"session options · onnxruntime {doc['version']} · {target_label(prov)}", title_justify="left")
     for col in ("level", "mode", "threads", "switch", "verdict", "note"):
         t.add_column(col)
     for c in doc["combos"]:
@@ -207,11 +206,10 @@ def mitigate_command(nodes, reference_model, hot, jobs, as_json, **opts):
 def mitigation_table(doc: dict):
     from rich.table import Table
 
-    from harness.report import VERDICT_STYLE
+    from harness.report import VERDICT_STYLE, target_label
 
     prov = doc["provenance"]
-    t = Table(title=f"fp32 island · {doc['model']} · {prov.get('arch')} · {prov.get('backend')}"
-                    + (f" · cpu {prov['cpu']}" if prov.get("cpu") else ""), title_justify="left")
+    t = Table(title=f"fp32 island · {doc['model']} · {target_label(prov)}", title_justify="left")
     for col, just in (("release", "left"), ("original", "left"), ("patched", "left"), ("fp32 ref", "left"),
                       ("min cosine", "right"), ("max |diff|", "right")):
         t.add_column(col, justify=just)
