@@ -404,6 +404,16 @@ def _build(client, log: Log, **kwargs) -> None:
             log(f"  {text}")
 
 
+def _built_image(client, tag: str, recipe: str, arch: str, log: Log) -> str | None:
+    """The id of `tag` if it was built from `recipe` (checked to be `arch`), else None."""
+    img = _get_image(client, tag)
+    if img is None or img.labels.get(LABEL_RECIPE) != recipe:
+        return None
+    _check_arch(img, arch, tag)
+    log(f"image {tag}: exists ({img.id[:19]})")
+    return img.id
+
+
 def _check_arch(image, arch: str, ref: str) -> None:
     got = image.attrs.get("Architecture")
     if got != arch:
@@ -419,11 +429,9 @@ def ensure_base_image(client, arch: str, cache_dir: Path | str, log: Log = _noop
     arch = normalize_arch(arch)
     tag = base_image_tag(arch)
     recipe = _rootfs_key(arch)
-    img = _get_image(client, tag)
-    if img is not None and img.labels.get(LABEL_RECIPE) == recipe:
-        _check_arch(img, arch, tag)
-        log(f"image {tag}: exists ({img.id[:19]})")
-        return img.id
+    existing = _built_image(client, tag, recipe, arch, log)
+    if existing is not None:
+        return existing
 
     tar, meta = rootfs_tarball(arch, cache_dir, log)
     ctx = Path(tempfile.mkdtemp(prefix=f"ctx-{arch}-", dir=tar.parent))
@@ -488,11 +496,9 @@ def ensure_image(
     dockerfile = DOCKERFILES_DIR / PROBE_DOCKERFILE
     recipe = hashlib.sha256(dockerfile.read_bytes() + b"\0" + base_id.encode()).hexdigest()[:16]
     tag = probe_image_tag(arch)
-    img = _get_image(client, tag)
-    if img is not None and img.labels.get(LABEL_RECIPE) == recipe:
-        _check_arch(img, arch, tag)
-        log(f"image {tag}: exists ({img.id[:19]})")
-        return img.id
+    existing = _built_image(client, tag, recipe, arch, log)
+    if existing is not None:
+        return existing
 
     t0 = time.monotonic()
     log(f"image {tag}: building {PROBE_DOCKERFILE} on {base_ref}")
