@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import time
@@ -12,6 +13,9 @@ from harness.errors import EnvironmentSkip
 from harness.runners.base import Environment, ProcessOutcome, Runner
 from harness.versions import Release
 
+#: a directory where each worker announces itself before run() and waits to be let go
+#: (see worker.hold); set by tests that must signal a worker known to be running
+HOLD_DIR_ENV = "ORTBISECT_HOLD_DIR"
 
 @dataclass(frozen=True)
 class ProbeJob:
@@ -68,6 +72,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         "memory_limit_mb": job.memory_limit_mb,
         # written to scratch first: a full results disk must not turn into a model error
         "outputs_path": str(workdir / "outputs.npz") if outputs_path else None,
+        "hold_dir": os.environ.get(HOLD_DIR_ENV),
     }
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)

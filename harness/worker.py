@@ -171,6 +171,8 @@ def probe(request, result):
 
     result["stage"] = "run"
     names = request.get("outputs") or [o.name for o in sess.get_outputs()]
+    if request.get("hold_dir"):
+        hold(request["hold_dir"])
     t = time.perf_counter()
     values = sess.run(names, feeds)
     result["run_s"] = time.perf_counter() - t
@@ -181,6 +183,20 @@ def probe(request, result):
         tmp = request["outputs_path"] + ".tmp.npz"
         np.savez(tmp, **dict(zip(names, values)))
         os.replace(tmp, request["outputs_path"])
+
+
+def hold(directory):
+    """Announce that the model is about to run, then wait to be let go.
+
+    Lets a test land a signal while a worker is known to be at run(), on a
+    machine of any speed: the worker writes `running-PID` and waits for
+    `go-PID` or `go` to appear in `directory`.
+    """
+    pid = os.getpid()
+    open(os.path.join(directory, "running-%d" % pid), "w").close()
+    gates = (os.path.join(directory, "go-%d" % pid), os.path.join(directory, "go"))
+    while not any(os.path.exists(g) for g in gates):
+        time.sleep(0.01)
 
 
 def write_json(path, doc):

@@ -15,7 +15,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -332,37 +331,6 @@ def test_binfmt_status_real_host_does_not_crash():
     assert set(st) >= {"mounted", "registered", "interpreter", "flags"}
 
 
-def test_lock_serializes_processes(tmp_path):
-    """A second process waits on the lock the first one holds."""
-    code = textwrap.dedent(f"""
-        import sys, time, importlib.util
-        spec = importlib.util.spec_from_file_location("m", {str(_MOD_PATH)!r})
-        m = importlib.util.module_from_spec(spec); sys.modules["m"] = m; spec.loader.exec_module(m)
-        from pathlib import Path
-        with m._locked(Path({str(tmp_path)!r}), "t", lambda s: print(s, flush=True)):
-            print("got", time.monotonic(), flush=True)
-            time.sleep(float(sys.argv[1]))
-    """)
-    a = subprocess.Popen(
-        [sys.executable, "-c", code, "1.5"], stdout=subprocess.PIPE, text=True
-    )
-    assert a.stdout.readline().startswith("got")
-    t0 = time.monotonic()
-    b = subprocess.run(
-        [sys.executable, "-c", code, "0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
-    a.wait(timeout=30)
-    assert time.monotonic() - t0 > 1.0
-    assert "waiting for another run" in b.stdout
-
-
-# ---------------------------------------------------------------- real provisioning
-
-
 def _debian_like_x86() -> str | None:
     if platform.machine() not in ("x86_64", "amd64"):
         return f"needs an x86_64 host (this is {platform.machine()})"
@@ -412,10 +380,8 @@ def test_setup_qemu_real(provisioned, tools_dir):
 @pytest.mark.qemu
 def test_setup_is_idempotent(provisioned, tools_dir):
     logs: list[str] = []
-    t0 = time.monotonic()
     q2 = qp.setup_qemu(tools_dir, log=logs.append)
     s2 = qp.setup_sysroot(tools_dir, log=logs.append)
-    assert time.monotonic() - t0 < 5
     assert q2.path == provisioned[0].path and s2 == provisioned[1]
     assert all("reusing" in line or "from PATH" in line for line in logs), logs
 

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
 
 import builders
+from gates import WorkerGate, wait_for
 from harness.driver import Driver
 from harness.probe import ProbeJob
 from harness.results import RunStore
@@ -107,32 +107,30 @@ def test_missing_wheel_is_a_skip_stepped_around(cache_dir, residual_norm, tmp_pa
 
 
 def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
-    """Ctrl-C (SIGINT) to the harness mid-run, then the same command: no probe runs twice."""
-    model = builders.save(builders.spin_model(400_000), tmp_path / "slow.onnx")  # about a second per probe
+    """Ctrl-C (SIGINT) to the harness while its third worker runs, then the same command:
+    no finished probe runs twice."""
+    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
     np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
     argv = [sys.executable, "-m", "harness.cli", "sweep", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
             "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
             "--json"]
-    # warm the environments first so the interruption lands mid-probe, not mid-install
-    subprocess.run([*argv[:3], "sweep", *argv[4:]], capture_output=True, check=False)
-    for f in (tmp_path / "res").rglob("probes.jsonl"):
-        f.unlink()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    probes = None
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        found = list((tmp_path / "res").rglob("probes.jsonl"))
-        if found and len(found[0].read_text().splitlines()) >= 2:
-            probes = found[0]
-            break
-        time.sleep(0.05)
-    assert probes is not None, "no probe finished"
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **gate.env})
+    try:
+        for _ in range(2):
+            gate.let_go(gate.next_running(proc))
+        gate.next_running(proc)  # the third worker is inside its probe, held before run()
+        (probes,) = (tmp_path / "res").rglob("probes.jsonl")
+        wait_for(lambda: len(probes.read_text().splitlines()) == 2, "the first two probes to be recorded")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
     assert proc.returncode == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
     before = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
-    assert 2 <= len(before) < 6
+    assert len(before) == 2, before
 
     done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 3, done.stderr  # the spin model is good everywhere: no transition
