@@ -25,7 +25,6 @@ import json
 import math
 import re
 import shutil
-import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -76,7 +75,7 @@ class Row:
 
 
 def _target_label(prov: dict, options: dict) -> str:
-    from harness.report import target_label
+    from harness.summary import target_label
 
     parts = [target_label(prov)]
     if prov.get("python"):
@@ -121,31 +120,29 @@ def _headroom(run_dir: Path) -> dict[str, float]:
 
 
 def _judge(records: list[dict], predicate: str, summary: dict | None):
-    from harness.verdicts import classify, parse_predicate, rows_summary
+    from harness.verdicts import judge, parse_predicate
 
     pred = parse_predicate(predicate)
     by_summary = {p["version"]: p for p in (summary or {}).get("probes", [])}
-
-    def one(rec):
-        if pred.needs_reference:  # needs the reference outputs: trust the run's own summary
-            p = by_summary.get(rec["version"])
-            return (p["verdict"], p.get("why")) if p else ("error", "no summary for a rel-diff run")
-        return classify(rec, pred)
-
     judged = []
     for rec in records:
-        verdict, why = one(rec)
-        judged.append((rec, verdict, why, rows_summary(rec.get("result"))))
+        j = judge(rec, pred)
+        verdict, why = j["verdict"], j["why"]
+        if pred.needs_reference:  # the reference outputs are not here: trust the run's own summary
+            p = by_summary.get(rec["version"])
+            verdict, why = (p["verdict"], p.get("why")) if p else ("error", "no summary for a rel-diff run")
+        judged.append((rec, verdict, why, j))
     return judged
 
 
-def collect(root: Path) -> list[Row]:
+def collect(root: Path, warn=lambda msg: None) -> list[Row]:
+    """A row per (run, predicate) under `root`; an unreadable run is left out and `warn` hears why."""
     rows = []
     for d in run_dirs(root):
         try:
             man = read_manifest(d)
         except UsageError as exc:  # an unreadable run is left out of the page, with a note on stderr
-            print(f"dashboard: skipping {d}: {exc}", file=sys.stderr)
+            warn(f"skipping {d}: {exc}")
             continue
         records = RunStore(d).records()
         key = man["key"]
@@ -422,13 +419,13 @@ def copy_raw(rows: list[Row], out: Path) -> None:
                 shutil.copytree(d / sub, dst / sub, dirs_exist_ok=True)
 
 
-def build(root: Path, out: Path, title: str = "ortbisect dashboard") -> Path:
+def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda msg: None) -> Path:
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError("bisect dashboard draws its charts with matplotlib, which is not installed "
                          "(uv run --with matplotlib bisect dashboard ...)") from None
-    rows = collect(root)
+    rows = collect(root, warn)
     out.mkdir(parents=True, exist_ok=True)
     copy_raw(rows, out)
     page = out / "index.html"

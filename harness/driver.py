@@ -25,7 +25,7 @@ from harness.probe import ProbeJob, run_probe
 from harness.results import RunStore
 from harness.runners.base import Runner, kill_live_workers
 from harness.search import Step, bisect_step, sweep_step
-from harness.verdicts import Predicate, classify, max_rel_diff, rows_summary
+from harness.verdicts import Predicate, judge
 from harness.versions import Release
 
 
@@ -71,21 +71,13 @@ class Driver:
         self._lock = threading.Lock()
 
     def judge(self, record: dict) -> dict:
-        """Add the verdict (under this run's predicate) and the row counts to a record."""
-        rel = None
-        if self.predicate.needs_reference and record["status"] == "ran":
-            rel = self._rel_diff(record["version"])
-        verdict, why = classify(record, self.predicate, rel)
-        s = rows_summary(record.get("result"))
-        return {**record, "verdict": verdict, "why": why, "predicate": str(self.predicate),
-                "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
-
-    def _rel_diff(self, version: str) -> float | None:
-        path = self.store.outputs_path(version)
-        if self.reference is None or not path.exists():
-            return None
-        with np.load(path) as data:
-            return max_rel_diff({k: data[k] for k in data.files}, self.reference)
+        """The record with its verdict under this run's predicate."""
+        outputs = None
+        path = self.store.outputs_path(record["version"])
+        if self.predicate.needs_reference and path.exists():
+            with np.load(path) as data:
+                outputs = {k: data[k] for k in data.files}
+        return judge(record, self.predicate, self.reference, outputs)
 
     def run(self, mode: str = "regression", sweep: bool = False) -> RunOutcome:
         index = {r.version: i for i, r in enumerate(self.releases)}

@@ -212,7 +212,7 @@ def history_frame(root: Path, predicate: str = "nan-or-inf"):
     with `newest` marking the record that decides each (run, release)."""
     import pandas as pd
 
-    from harness.verdicts import classify, parse_predicate, rows_summary
+    from harness.verdicts import judge, parse_predicate
 
     pred = parse_predicate(predicate)
     rows = []
@@ -222,13 +222,13 @@ def history_frame(root: Path, predicate: str = "nan-or-inf"):
         newest = {id(r) for r in latest_by_version(recs).values()}
         for r in recs:
             prov = r.get("provenance") or {}
-            verdict, why = classify(r, pred) if not pred.needs_reference else (None, None)
-            s = rows_summary(r.get("result"))
+            j = judge(r, pred)
+            verdict, why = (None, None) if pred.needs_reference else (j["verdict"], j["why"])  # no reference here
             rows.append({
                 "run_id": d.name, "model": (man.get("model") or {}).get("name"),
                 "model_digest": man["key"].get("model"), "batch_digest": man["key"].get("batch"),
                 "version": r["version"], "status": r.get("status"), "verdict": verdict, "why": why,
-                "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"], "rows": s["rows"],
+                "nan_rows": j["nan_rows"], "inf_rows": j["inf_rows"], "rows": j["rows"],
                 "arch": prov.get("arch"), "backend": prov.get("backend"), "cpu": prov.get("cpu"),
                 "python": prov.get("python"), "session_options": json.dumps(man["key"].get("session_options") or {},
                                                                              sort_keys=True),

@@ -41,9 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import platform
 import sys
-import time
 import tomllib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,14 +49,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
+from harness.vocabulary import EXEC_MODES, GRAPH_LEVELS
 
 TOP_KEYS = {"description", "mode", "releases", "bad_if", "timeout", "python", "models", "targets", "options"}
 MODEL_KEYS = {"name", "path", "inputs", "outputs"}
 TARGET_KEYS = {"arch", "backend", "cpu", "cpus"}
 RANGE_KEYS = {"since", "from", "to"}
 OPTION_KEYS = {"graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode"}
-GRAPH_LEVELS = ("disable", "basic", "extended", "layout", "all")
-EXEC_MODES = ("sequential", "parallel")
 MODES = ("bisect", "sweep")
 ARCHS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
 BACKENDS = ("auto", "uv", "qemu", "docker")
@@ -340,30 +337,16 @@ def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, off
              refresh: bool = False, jobs: int = 1, observer=None, listing: list | None = None,
              command: list[str] | None = None) -> CellOutcome:
     """One cell, exactly as `bisect run` / `bisect sweep` would search it; returns its summary."""
-    from harness.driver import Driver
-    from harness.history import RefreshStore
-    from harness.plan import make_plan
-    from harness.report import summary
+    from harness.plan import make_plan, release_listing
+    from harness.session import run_search
 
     if listing is None:
-        from harness.runners.uv import uv_bin
-        from harness.versions import ReleaseIndex
-
-        listing = ReleaseIndex(cache_dir, uv_bin(), offline).releases()
+        listing = release_listing(cache_dir, offline)
     first, last = resolve_range(cell.releases, listing)
     plan = make_plan(spec_for(cell, first, last, cache_dir, results_dir, offline), command or sys.argv)
-    store = RefreshStore.since_now(plan.store.dir) if refresh else plan.store
-    driver = Driver(plan.runner, plan.releases, store, plan.job, plan.predicate, plan.reference,
-                    observer=observer, jobs=jobs)
-    sweep = cell.mode == "sweep"
-    outcome = driver.run(mode="regression", sweep=sweep)
-    doc = summary(outcome, "regression", plan.store.run_id, sweep=sweep)
-    doc["cell"] = cell.as_json()
-    doc["matrix"] = {"name": matrix.name, "path": str(matrix.path), "description": matrix.description}
-    doc["predicate"] = str(plan.predicate)
-    doc["refresh"] = refresh
-    doc["generated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    doc["host"] = {"machine": platform.machine(), "node": platform.node()}
-    plan.store.save_summary(cell.key, doc)
-    reused = sum(1 for p in doc["probes"] if p["reused"])
-    return CellOutcome(cell, plan.store.run_id, doc, len(outcome.probed_now), reused)
+    extra = {"cell": cell.as_json(),
+             "matrix": {"name": matrix.name, "path": str(matrix.path), "description": matrix.description}}
+    found = run_search(plan, sweep=cell.mode == "sweep", observer=observer, jobs=jobs, refresh=refresh,
+                       cell_key=cell.key, extra=extra)
+    reused = sum(1 for p in found.doc["probes"] if p["reused"])
+    return CellOutcome(cell, plan.store.run_id, found.doc, len(found.outcome.probed_now), reused)

@@ -267,42 +267,29 @@ def describe_island(plan: IslandPlan) -> str:
 # --- the check: patch, sweep the range, compare with fp32 ------------------------------------
 
 
-MITIGATION = "mitigation.json"
+MITIGATION = "mitigation"  # the run document that holds the result
 
 
 def culprits_of(plan, mode: str = "regression", jobs: int = 1, log=None) -> dict:
     """The boundary of the plan's range and the nodes the explanation names (reusing the run's evidence)."""
-    from harness.commands.explain import explain_pair, traced
-    from harness.driver import Driver
+    from harness.explain import explanation, traced
+    from harness.session import run_search
 
     log = log or (lambda msg: None)
-    expl_path = plan.store.dir / "explanation.json"
-    outcome = Driver(plan.runner, plan.releases, plan.store, plan.job, plan.predicate, plan.reference,
-                     jobs=jobs).run(mode=mode)
-    step = outcome.step
+    found = run_search(plan, mode=mode, jobs=jobs)
+    step, records = found.outcome.step, found.outcome.records
     info = {"status": step.status, "last_good": None, "first_bad": None, "suspect": None,
             "first_nonfinite": None, "explanation": None,
-            "original": {v: r["verdict"] for v, r in outcome.records.items()}}
+            "original": {v: r["verdict"] for v, r in records.items()}}
     if step.status == "found":
         lo, hi = plan.releases[step.lo].version, plan.releases[step.hi].version
         info.update(last_good=lo, first_bad=hi)
-        expl = None
-        if expl_path.exists():
-            expl = json.loads(expl_path.read_text())
-            if expl.get("pair") != [lo, hi]:
-                expl = None
-        if expl is None:
-            log(f"explaining {lo} -> {hi} (trace and diff)")
-            result, chart = explain_pair(plan, lo, hi)
-            expl = {"text": result.explanation, "suspect": result.suspect, "pair": [lo, hi],
-                    "diff": str(plan.store.dir / "traces" / f"diff-{lo}-{hi}.json"),
-                    "chart": str(chart) if chart else None}
-            expl_path.write_text(json.dumps(expl, indent=1))
+        expl = explanation(plan, lo, hi, log=log)
         bad = traced(plan, hi)
         info.update(suspect=expl.get("suspect"), explanation=expl.get("text"), first_nonfinite=bad.first_nonfinite)
     else:
         last = plan.releases[-1].version
-        if outcome.records.get(last, {}).get("verdict") == "bad":
+        if records.get(last, {}).get("verdict") == "bad":
             bad = traced(plan, last)
             info.update(first_bad=last, first_nonfinite=bad.first_nonfinite)
     return info
@@ -323,13 +310,12 @@ def reference_model(plan, given: Path | None, dest_dir: Path) -> tuple[Path, str
     return path, "the model converted to fp32 here (every node in fp32, fp16 interface kept)"
 
 
-def _sweep(spec, log=None, jobs: int = 1):
-    from harness.driver import Driver
+def _sweep(spec, jobs: int = 1):
     from harness.plan import make_plan
+    from harness.session import run_search
 
-    p = make_plan(spec)
-    outcome = Driver(p.runner, p.releases, p.store, p.job, p.predicate, p.reference, jobs=jobs).run(sweep=True)
-    return p, outcome
+    found = run_search(make_plan(spec), sweep=True, jobs=jobs)
+    return found.plan, found.outcome
 
 
 def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] = (), hot: float = HOT,
@@ -340,8 +326,7 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
     from harness import trace as tr
 
     log = log or (lambda msg: None)
-    out_dir = plan.store.dir / "mitigation"
-    out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = plan.store.subdir("mitigation")
     found = culprits_of(plan, jobs=jobs, log=log)
     culprits = [c for c in (found.get("suspect"), found.get("first_nonfinite"), *nodes) if c]
     culprits = list(dict.fromkeys(culprits))
@@ -362,9 +347,9 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
     base = dataclasses.replace(spec, inputs=plan.probe_inputs.batch, outputs=plan.job.outputs, resume=None,
                                bad_if="nan-or-inf", reference=None)
     log(f"sweeping {len(plan.releases)} releases with the patched model")
-    pplan, pout = _sweep(dataclasses.replace(base, model=str(patched_path)), log, jobs)
+    pplan, pout = _sweep(dataclasses.replace(base, model=str(patched_path)), jobs)
     log(f"sweeping {len(plan.releases)} releases with the fp32 reference")
-    rplan, rout = _sweep(dataclasses.replace(base, model=str(ref_path)), log, jobs)
+    rplan, rout = _sweep(dataclasses.replace(base, model=str(ref_path)), jobs)
     rows = []
     for r in plan.releases:
         v = r.version
@@ -409,5 +394,5 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
         (f"; against the fp32 reference the worst row cosine is {doc['worst_cosine']:.8f}, the largest |difference| "
          f"{doc['worst_max_abs']:.3g}." if doc["worst_cosine"] is not None else ".")
     )
-    (plan.store.dir / MITIGATION).write_text(json.dumps(doc, indent=1))
+    plan.store.save_document(MITIGATION, doc)
     return doc

@@ -7,6 +7,7 @@ the releases listed, and the results store opened under the run's key.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from harness.runners import Runner, make_runner
 from harness.runners.uv import uv_bin
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range
+from harness.vocabulary import DEFAULT_RESULTS_DIR, canonical_arch, default_cache_dir
 
 
 @dataclass(frozen=True)
@@ -35,9 +37,9 @@ class SearchSpec:
     backend: str = "auto"
     cpu: str | None = None
     python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
-    cache_dir: Path = Path.home() / ".cache" / "ortbisect"
+    cache_dir: Path = field(default_factory=default_cache_dir)
     offline: bool = False
-    results_dir: Path = Path("results")
+    results_dir: Path = DEFAULT_RESULTS_DIR
     resume: str | None = None
     timeout: float = 600.0
     bad_if: str = "nan-or-inf"
@@ -76,8 +78,13 @@ def probe_inputs(model: str, inputs: Path | None, outputs: tuple[str, ...], cach
     return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), tuple(outputs) or resolved.spec.outputs)
 
 
+def release_listing(cache_dir: Path, offline: bool = False) -> list[Release]:
+    """Every onnxruntime release on the index (cached; `offline` reads the cache only)."""
+    return ReleaseIndex(cache_dir, uv_bin(), offline).releases()
+
+
 def releases_in(spec: SearchSpec) -> list[Release]:
-    return select_range(ReleaseIndex(spec.cache_dir, uv_bin(), spec.offline).releases(), spec.from_, spec.to)
+    return select_range(release_listing(spec.cache_dir, spec.offline), spec.from_, spec.to)
 
 
 def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
@@ -89,7 +96,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
         reference = inputs_mod.load_npz(spec.reference)
     elif spec.reference:
         raise UsageError("--reference is used only with --bad-if rel-diff>B")
-    runner = make_runner(spec.backend, Target(spec.arch, spec.python), spec.cache_dir, spec.cpu)
+    runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
     releases = releases_in(spec)
@@ -105,8 +112,25 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
     run_id = spec.resume or run_id_for(pi.model.name, key)
     info = {"model": {"name": pi.model.name, "source": pi.model.spec.source, "path": str(pi.model.path),
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
-            "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
+            "batch": {"path": str(pi.batch), "digest": pi.batch_digest},
+            "predicate": str(predicate),
+            "reference": {"path": str(spec.reference), "digest": inputs_mod.arrays_digest(reference)} if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
                    spec.memory_limit_mb)
     return Plan(runner, releases, store, job, predicate, reference, pi)
+
+
+def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None) -> Plan:
+    """The plan of one release (triage of a release already found), refusing one the index does not have.
+
+    The ordinary run store of that release is opened, and removed again if
+    nothing is written into it: triage keeps its probes in stores of its own.
+    """
+    if parse_predicate(spec.bad_if).needs_reference:
+        raise UsageError(f"--bad-if {spec.bad_if}: needs a reference; use `bisect run` for that")
+    plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None), command)
+    if not plan.releases:
+        raise UsageError(f"--version {version}: no such onnxruntime release in the index")
+    plan.store.discard_if_unused()
+    return plan

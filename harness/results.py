@@ -5,6 +5,11 @@
     results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
     results/<run-id>/cells/          the latest summary of each search over this run
     results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
+    results/<run-id>/explanation.json  what changed at the boundary (trace diff, suspect node)
+    results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
+    results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
+
+Only this module decides where those files go; the rest asks the store.
 
 The run id is derived from what decides a probe's outcome (model and batch
 digests, target, backend, session options), so running the same command
@@ -27,6 +32,7 @@ from harness.errors import UsageError
 
 MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
+EXPLANATION = "explanation"
 
 
 def run_id_for(name: str, key: dict) -> str:
@@ -35,10 +41,10 @@ def run_id_for(name: str, key: dict) -> str:
     return f"{safe}-{key.get('arch', 'any')}-{digest}"
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, content: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
+    with open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
+        f.write(content)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -125,8 +131,49 @@ class RunStore:
         write_atomic(path, json.dumps(doc, indent=1))
         return path
 
-    def outputs_path(self, version: str) -> Path:
-        return self.dir / "outputs" / f"{version}.npz"
+    def outputs_path(self, version: str, series: str | None = None) -> Path:
+        """The saved outputs of one probe (`series` tells apart several probes of one release)."""
+        return self.dir / "outputs" / (f"{version}-{series}.npz" if series else f"{version}.npz")
+
+    def work_dir(self, name: str) -> Path:
+        """Scratch space of one probe, removed by the probe when it ends."""
+        return self.dir / "work" / name
+
+    def subdir(self, name: str) -> Path:
+        """A directory of files one step makes for this run (traces, a patched model...)."""
+        path = self.dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def save_document(self, name: str, doc: dict) -> Path:
+        """A JSON document next to the probes (explanation, options, repeat, mitigation)."""
+        path = self.dir / f"{name}.json"
+        write_atomic(path, json.dumps(doc, indent=1))
+        return path
+
+    def save_file(self, name: str, content: str | bytes) -> Path:
+        """A file made for this run (the repro script, a reduced model)."""
+        path = self.dir / name
+        write_atomic(path, content)
+        return path
+
+    def document(self, name: str) -> dict | None:
+        try:
+            return json.loads((self.dir / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def discard_if_unused(self) -> None:
+        """Remove a run directory that this command opened and nothing was written into."""
+        manifest = self.manifest() or {}
+        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, "outputs") for p in self.dir.iterdir()):
+            return
+        try:
+            (self.dir / MANIFEST).unlink()
+            (self.dir / "outputs").rmdir()
+            self.dir.rmdir()
+        except OSError:
+            pass
 
 
 def _cut_torn_tail(fd: int) -> None:

@@ -1,4 +1,4 @@
-"""Explain a regression: trace a model's intermediate tensors on one release, diff two traces.
+"""Trace a model's intermediate tensors on one release (`harness.diff` lines two traces up).
 
 A trace is evidence, not a verdict (PLATFORM.md, "Graph surgery facts"):
 
@@ -46,10 +46,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from harness import surgery
+from harness import precision, surgery
 from harness.probe import ProbeJob, run_probe
 from harness.runners.base import Runner
-from harness.verdicts import Predicate, classify, rows_summary
+from harness.verdicts import Predicate, judge
 from harness.versions import Release
 
 FP16_MAX = surgery.FP16_MAX
@@ -95,7 +95,7 @@ class NodeTrace:
     layer: int | None
     inputs: list[str]
     outputs: list[TensorStat]
-    precision: surgery.NodePrecision | None = None
+    precision: precision.NodePrecision | None = None
 
 
 @dataclass
@@ -119,7 +119,7 @@ class TraceResult:
     above_50: list[str] = field(default_factory=list)  # fp16 tensors past 50 % of 65504 (or non-finite)
     above_90: list[str] = field(default_factory=list)
     residual: list[dict] = field(default_factory=list)  # per layer: layer, node, tensor, max_abs, headroom, nonfinite
-    precision: dict[str, surgery.NodePrecision] = field(default_factory=dict)
+    precision: dict[str, precision.NodePrecision] = field(default_factory=dict)
     passes: list[dict] = field(default_factory=list)
     perturbed: bool = False
     unavailable: list[str] = field(default_factory=list)  # floating-point tensors no pass could expose
@@ -194,12 +194,12 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
     # The verdict, as in `bisect run`, from the outputs the run checks.
     base = run_probe(runner, release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout),
                      workdir / "probe-base", None)
-    verdict, reason = classify(base, predicate)
-    rs = rows_summary(base.get("result"))
+    judged = judge(base, predicate)
     result = TraceResult(
         version=release.version, provenance=base.get("provenance", {}), model=str(model_path), inputs=str(inputs_npz),
-        status=base["status"], verdict=verdict, reason=reason, rows=rs["rows"], nan_rows=rs["nan_rows"],
-        inf_rows=rs["inf_rows"], outputs=list((base.get("result") or {}).get("outputs") or []),
+        status=base["status"], verdict=judged["verdict"], reason=judged["why"], rows=judged["rows"],
+        nan_rows=judged["nan_rows"], inf_rows=judged["inf_rows"],
+        outputs=list((base.get("result") or {}).get("outputs") or []),
     )
 
     original = onnx.load(str(model_path), load_external_data=False)
@@ -212,8 +212,8 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
         except Exception:  # noqa: BLE001 - an unreadable optimized graph only loses the precision map
             optimized = None
     if optimized is not None:
-        result.precision = surgery.precision_map(original, optimized)
-        visibility = surgery.tensor_visibility(original, optimized)
+        result.precision = precision.precision_map(original, optimized)
+        visibility = precision.tensor_visibility(original, optimized)
     else:
         visibility = {}
 
@@ -422,155 +422,6 @@ def _summarize(result: TraceResult, original: onnx.ModelProto) -> None:
                                 "headroom": t.headroom, "nonfinite": t.nonfinite, "visibility": t.visibility})
 
 
-# --- diff --------------------------------------------------------------------------------
-
-
-@dataclass
-class DiffResult:
-    a: str  # versions
-    b: str
-    a_verdict: str
-    b_verdict: str
-    a_nan_rows: int
-    b_nan_rows: int
-    rows: int
-    first_divergent: dict | None = None  # first tensor beyond rtol (stats proxy)
-    first_bits_differ: dict | None = None  # first tensor whose sha256 differs
-    first_nonfinite_flip: dict | None = None  # first tensor non-finite and "seen" on one side only
-    first_nonfinite_flip_any: dict | None = None  # same, ignoring visibility
-    precision_changes: list[dict] = field(default_factory=list)
-    suspect: str | None = None  # node the explanation names as most likely cause
-    explanation: str = ""
-
-
-def _rel(x, y) -> float:
-    if x is None and y is None:
-        return 0.0
-    if x is None or y is None:
-        return math.inf
-    d = abs(x - y)
-    return 0.0 if d == 0 else d / max(abs(x), abs(y), 1e-30)
-
-
-def _stats_rel(a: TensorStat, b: TensorStat) -> float:
-    if (a.nan, a.inf) != (b.nan, b.inf) or a.shape != b.shape:
-        return math.inf
-    return max(_rel(a.max_abs, b.max_abs), _rel(a.min, b.min), _rel(a.max, b.max))
-
-
-def _prec_key(p: surgery.NodePrecision | None):
-    if p is None:
-        return None
-    return (p.precision, p.ran_as, p.fused_precision)
-
-
-def _prec_doc(p: surgery.NodePrecision | None) -> dict | None:
-    return asdict(p) if p is not None else None
-
-
-def describe(p: surgery.NodePrecision | dict | None) -> str:
-    """Plain words for how a node ran."""
-    if p is None:
-        return "in an unknown precision"
-    d = asdict(p) if isinstance(p, surgery.NodePrecision) else p
-    prec = d["precision"]
-    if prec == "fused":
-        inner = {"fp16": "natively in fp16", "fp32-island": "in fp32", "fp32": "in fp32"}.get(d.get("fused_precision"), "")
-        return f"fused into {d.get('ran_as')} `{d.get('optimized_node')}`" + (f" ({inner})" if inner else "")
-    return {"fp16": "natively in fp16", "fp32-island": "in an fp32 island", "fp32": "in fp32",
-            "other": "without floating point", "removed": "removed by the optimizer",
-            "folded": "constant-folded", "unknown": "in an unknown way"}.get(prec, prec)
-
-
-def _tensor_doc(t: TensorStat | None) -> dict | None:
-    if t is None:
-        return None
-    return {k: getattr(t, k) for k in ("dtype", "min", "max", "max_abs", "nan", "inf", "nan_rows", "inf_rows",
-                                       "headroom", "visibility", "sha256")}
-
-
-def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
-    """Line up two traces by node name and say where and why they part."""
-    res = DiffResult(a.version, b.version, a.verdict, b.verdict, a.nan_rows, b.nan_rows, max(a.rows, b.rows))
-    b_nodes = {n.name: n for n in b.nodes}
-    for na in a.nodes:
-        nb = b_nodes.get(na.name)
-        if nb is None:
-            continue
-        tb_by = {t.name: t for t in nb.outputs}
-        for ta in na.outputs:
-            tb = tb_by.get(ta.name)
-            if tb is None or not ta.available or not tb.available:
-                continue
-            where = {"node": na.name, "op_type": na.op_type, "tensor": ta.name, "a": _tensor_doc(ta), "b": _tensor_doc(tb)}
-            if res.first_bits_differ is None and ta.sha256 != tb.sha256:
-                res.first_bits_differ = {**where, "rel": _stats_rel(ta, tb)}
-            if res.first_divergent is None and ta.sha256 != tb.sha256:
-                rel = _stats_rel(ta, tb)
-                if rel > rtol:
-                    res.first_divergent = {**where, "rel": rel}
-            if res.first_nonfinite_flip_any is None and ta.nonfinite != tb.nonfinite:
-                res.first_nonfinite_flip_any = where
-            seen_a = ta.nonfinite and ta.visibility == "seen"
-            seen_b = tb.nonfinite and tb.visibility == "seen"
-            if res.first_nonfinite_flip is None and seen_a != seen_b:
-                res.first_nonfinite_flip = {**where, "side": b.version if seen_b else a.version}
-        pa, pb = a.precision.get(na.name), b.precision.get(na.name)
-        if (pa is not None or pb is not None) and _prec_key(pa) != _prec_key(pb):
-            res.precision_changes.append({"node": na.name, "op_type": na.op_type, "layer": na.layer,
-                                          "a": _prec_doc(pa), "b": _prec_doc(pb)})
-    res.suspect, res.explanation = _explain(a, b, res)
-    return res
-
-
-def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | None, str]:
-    changes = {c["node"]: c for c in res.precision_changes}
-    verdicts = f"{a.version}: {a.verdict} ({a.nan_rows} NaN rows of {a.rows}); {b.version}: {b.verdict} ({b.nan_rows} NaN rows of {b.rows})."
-    flip = res.first_nonfinite_flip
-    if flip:
-        bad, good = (b, a) if flip["side"] == b.version else (a, b)
-        node, tensor = flip["node"], flip["tensor"]
-        tb = bad.tensor(tensor)
-        kind = "Inf" if tb and tb.inf else "NaN"
-        over = "its output exceeds 65504 there (Inf)" if kind == "Inf" else "its output is NaN there"
-        if node in changes:
-            pg, pb = good.precision.get(node), bad.precision.get(node)
-            return node, (f"`{node}` ran {describe(pg)} on {good.version} and {describe(pb)} on {bad.version}; "
-                          f"{over}, the first value a consumer really read as non-finite. {verdicts}")
-        consumers = [n for n in bad.nodes if tensor in n.inputs]
-        changed = [n.name for n in consumers if n.name in changes]
-        tg = good.tensor(tensor)
-        if changed:
-            c = changed[0]
-            also = (" (rounded to fp16 only for the trace, it reads " + ("Inf" if tg and tg.inf else "NaN") +
-                    f" on {good.version} too)") if tg and tg.nonfinite else ""
-            return c, (f"`{c}` ran {describe(good.precision.get(c))} on {good.version} and "
-                       f"{describe(bad.precision.get(c))} on {bad.version}. Its input `{tensor}` (from `{node}`) is "
-                       f"beyond the fp16 range{also}: on {good.version} it stayed in fp32, on {bad.version} it is "
-                       f"rounded to fp16 for `{c}` and becomes {kind}, and the rows turn NaN. {verdicts}")
-        if res.precision_changes:
-            first = res.precision_changes[0]
-            return first["node"], (f"`{node}` is the first node whose output a consumer read as {kind} on "
-                                   f"{bad.version} and not on {good.version}; its own precision did not change. The "
-                                   f"first precision change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
-                                   f"{describe(first['b'])} on {b.version}. {verdicts}")
-        return node, (f"`{node}` is the first node whose output is {kind} on {bad.version} and finite on "
-                      f"{good.version}, with the same precision on both: a kernel's arithmetic changed. {verdicts}")
-    if res.precision_changes:
-        first = res.precision_changes[0]
-        div = res.first_divergent
-        tail = f" The first output beyond tolerance is `{div['node']}`'s (relative difference {div['rel']:.3g})." if div else ""
-        return first["node"], (f"No value a consumer read turns non-finite on one release only. The first precision "
-                               f"change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
-                               f"{describe(first['b'])} on {b.version}.{tail} {verdicts}")
-    if res.first_divergent:
-        div = res.first_divergent
-        return div["node"], (f"Same precision everywhere; `{div['node']}` is the first node whose output differs "
-                             f"(relative difference {div['rel']:.3g} in its statistics): a kernel's arithmetic "
-                             f"changed. {verdicts}")
-    return None, f"The traces agree within tolerance. {verdicts}"
-
-
 # --- JSON --------------------------------------------------------------------------------
 
 
@@ -585,11 +436,12 @@ def _clean(x):
     return x
 
 
-def to_json(result: TraceResult | DiffResult) -> dict:
+def to_json(result) -> dict:
     """A JSON-serializable dict of a trace or a diff (non-finite floats become null)."""
     doc = asdict(result)
-    doc["kind"] = "trace" if isinstance(result, TraceResult) else "diff"
-    if isinstance(result, TraceResult):
+    is_trace = isinstance(result, TraceResult)
+    doc["kind"] = "trace" if is_trace else "diff"
+    if is_trace:
         doc["first_nonfinite_among"] = "seen"
     return _clean(doc)
 
@@ -597,146 +449,15 @@ def to_json(result: TraceResult | DiffResult) -> dict:
 def trace_from_json(doc: dict) -> TraceResult:
     """Rebuild a TraceResult from `to_json` output (e.g. to diff stored traces)."""
     doc = {k: v for k, v in doc.items() if k not in ("kind", "first_nonfinite_among")}
-    prec = {k: surgery.NodePrecision(**{**v, "casts": tuple(v.get("casts") or ())}) for k, v in (doc.pop("precision") or {}).items()}
+    prec = {k: precision.NodePrecision(**{**v, "casts": tuple(v.get("casts") or ())}) for k, v in (doc.pop("precision") or {}).items()}
     nodes = []
     for n in doc.pop("nodes") or []:
         p = n.get("precision")
         nodes.append(NodeTrace(n["name"], n["op_type"], n["layer"], n["inputs"], [TensorStat(**t) for t in n["outputs"]],
-                               surgery.NodePrecision(**{**p, "casts": tuple(p.get("casts") or ())}) if p else None))
+                               precision.NodePrecision(**{**p, "casts": tuple(p.get("casts") or ())}) if p else None))
     return TraceResult(**doc, nodes=nodes, precision=prec)
 
 
-def save_json(result: TraceResult | DiffResult, path: Path) -> Path:
+def save_json(result, path: Path) -> Path:
     Path(path).write_text(json.dumps(to_json(result), indent=1))
     return Path(path)
-
-
-# --- rendering ---------------------------------------------------------------------------
-
-
-def _fmt(x, spec=".5g") -> str:
-    return "" if x is None else format(x, spec)
-
-
-def _interesting(result: TraceResult) -> set[str]:
-    keep = set(result.above_50)
-    resid = {r["node"] for r in result.residual}
-    for n in result.nodes:
-        if n.name in resid or any(t.nonfinite for t in n.outputs if t.available) or any(t.source == "model" for t in n.outputs):
-            keep.update(t.name for t in n.outputs)
-    return keep
-
-
-def trace_table(result: TraceResult, all_nodes: bool = False):
-    """A rich renderable: summary lines and one row per tensor (by default only the
-    interesting ones: residual adds, past 50 % of fp16, non-finite, model outputs)."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    keep = None if all_nodes else _interesting(result)
-    t = Table(title=f"trace onnxruntime {result.version} ({result.verdict}: {result.reason})", title_justify="left")
-    for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
-                      ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
-                      ("", "left")):
-        t.add_column(col, justify=just, overflow="fold")
-    shown = 0
-    for i, n in enumerate(result.nodes):
-        for ts in n.outputs:
-            if keep is not None and ts.name not in keep:
-                continue
-            shown += 1
-            p = n.precision
-            how = n.op_type
-            if p is not None:
-                how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
-            style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
-            mark = "" if ts.available else ts.note or "unavailable"
-            if ts.nonfinite and ts.visibility != "seen":
-                mark = "observed only"
-            t.add_row(str(i), n.name, how, ts.name, ts.dtype, _fmt(ts.min), _fmt(ts.max), _fmt(ts.max_abs),
-                      "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
-                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", mark, style=style)
-    lines = [f"first non-finite (seen by a consumer): {result.first_nonfinite or 'none'}"
-             + (f" ({result.first_nonfinite_tensor})" if result.first_nonfinite else ""),
-             f"first non-finite (any, incl. observed only): {result.first_nonfinite_any or 'none'}",
-             f"fp16 tensors past 50 %: {len(result.above_50)}, past 90 %: {len(result.above_90)}"]
-    if result.residual:
-        lines.append("residual max |x| per layer: " + ", ".join(
-            f"{r['layer']}:" + (("Inf" if r["visibility"] == "seen" else "Inf (observed only)") if r["nonfinite"]
-                                else _fmt(r["max_abs"], ".3g")) for r in result.residual))
-    if result.unavailable:
-        lines.append(f"warning: {len(result.unavailable)} tensors could not be exposed (first: {result.unavailable[0]}); "
-                     "the first non-finite may be among them")
-    if result.perturbed:
-        lines.append("warning: a clean pass changed the model's outputs (observer effect): 'seen' values are suspect")
-    if keep is not None:
-        lines.append(f"{shown} of {sum(len(n.outputs) for n in result.nodes)} tensors shown")
-    return Group(t, Text("\n".join(lines)))
-
-
-def diff_table(result: DiffResult):
-    """A rich renderable of a diff: precision changes, first divergences, the explanation."""
-    from rich.console import Group
-    from rich.table import Table
-    from rich.text import Text
-
-    t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
-    for col in ("node", "op", result.a, result.b):
-        t.add_column(col, overflow="fold")
-    for c in result.precision_changes:
-        t.add_row(c["node"], c["op_type"], describe(c["a"]), describe(c["b"]))
-    lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
-             f"({result.b_nan_rows} NaN rows of {result.rows})"]
-    for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
-                     ("first output beyond tolerance", result.first_divergent),
-                     ("first output not bit-identical", result.first_bits_differ)):
-        if d:
-            lines.append(f"{label}: {d['node']} ({d['tensor']})")
-    lines.append("")
-    lines.append(result.explanation)
-    return Group(t, Text("\n".join(lines)))
-
-
-def headroom_chart(result: TraceResult | list[TraceResult], path: Path) -> Path:
-    """Per-layer residual headroom (max |x| / 65504) as SVG or PNG (by suffix).
-
-    Several traces (e.g. the two sides of a diff) are drawn on one chart.
-    Non-finite layers are drawn at the top edge with an x. Without
-    `/model/layers.<i>/` residual Adds, every fp16 tensor is drawn by
-    topological position instead.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = result if isinstance(result, list) else [result]
-    fig, ax = plt.subplots(figsize=(8, 4))
-    top = 1.2
-    per_layer = any(r.residual for r in results)
-    for r in results:
-        if per_layer:
-            xs = [d["layer"] for d in r.residual]
-            ys = [top if d["nonfinite"] else (d["headroom"] or 0.0) for d in r.residual]
-            bad = [(x, y) for x, y, d in zip(xs, ys, r.residual) if d["nonfinite"]]
-        else:
-            pts = [(i, top if t.nonfinite else t.headroom) for i, n in enumerate(r.nodes) for t in n.outputs
-                   if t.available and t.dtype == "float16" and (t.headroom is not None or t.nonfinite)]
-            xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-            bad = [p for p in pts if p[1] == top]
-        line, = ax.plot(xs, [min(y, top) for y in ys], marker="o", label=f"onnxruntime {r.version} ({r.verdict})")
-        if bad:
-            ax.scatter([p[0] for p in bad], [top for _ in bad], marker="x", s=80, color=line.get_color())
-    for level, style in ((0.5, ":"), (0.9, "--"), (1.0, "-")):
-        ax.axhline(level, color="grey", linestyle=style, linewidth=0.8)
-    ax.set_ylim(0, top + 0.05)
-    ax.set_xlabel("layer" if per_layer else "node (topological order)")
-    ax.set_ylabel("max |x| / 65504")
-    ax.set_title("fp16 headroom of the residual stream" if per_layer else "fp16 headroom per tensor")
-    ax.legend(loc="upper left")
-    fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path

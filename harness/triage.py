@@ -38,7 +38,6 @@ Different bits -> verdict *nondeterministic*; otherwise the common verdict.
 from __future__ import annotations
 
 import itertools
-import json
 import mmap
 import os
 import re
@@ -49,21 +48,21 @@ from pathlib import Path
 from harness import search
 from harness.errors import EnvironmentSkip, UsageError
 from harness.probe import ProbeJob, run_probe
-from harness.results import RunStore, run_id_for, write_atomic
-from harness.verdicts import classify, rows_summary
+from harness.results import RunStore, run_id_for
+from harness.verdicts import judge
+from harness.vocabulary import EXEC_MODES, GRAPH_LEVELS
 
-LEVELS = ("disable", "basic", "extended", "layout", "all")  # in order of how much the optimizer does
-MODES = ("sequential", "parallel")
+LEVELS = tuple(GRAPH_LEVELS)  # in order of how much the optimizer does
+MODES = tuple(EXEC_MODES)
 THREADS = ("1", "all")
-LEVEL_ENUM = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-              "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}
 # CPU-specific switches: name -> (session config key, value, archs where it means something)
 SWITCHES = {
     "kleidiai-off": ("mlas.disable_kleidiai", "1", ("aarch64",)),
 }
 DIMENSIONS = ("level", "mode", "threads", "switch")
-OPTIONS_SUMMARY = "options.json"
-REPEAT_SUMMARY = "repeat.json"
+# Run documents (see harness.results) of the two kinds of triage store.
+OPTIONS_SUMMARY = "options"
+REPEAT_SUMMARY = "repeat"
 
 
 # --- what a release supports ---------------------------------------------------------------
@@ -111,8 +110,8 @@ def release_support(env_path: Path | None) -> Support:
     if mod is None:
         return Support(None, {lv: None for lv in LEVELS}, {k: None for k, *_ in SWITCHES.values()},
                        "the release's binary was not found: unsupported options show up as worker errors")
-    found = binary_strings(mod, [LEVEL_ENUM[lv] for lv in LEVELS] + [k for k, *_ in SWITCHES.values()])
-    return Support(str(mod), {lv: found[LEVEL_ENUM[lv]] for lv in LEVELS},
+    found = binary_strings(mod, [GRAPH_LEVELS[lv] for lv in LEVELS] + [k for k, *_ in SWITCHES.values()])
+    return Support(str(mod), {lv: found[GRAPH_LEVELS[lv]] for lv in LEVELS},
                    {k: found[k] for k, *_ in SWITCHES.values()},
                    f"names found in {mod.name} (enum values of GraphOptimizationLevel, session config keys)")
 
@@ -164,7 +163,7 @@ def combos(levels, modes, threads, switches) -> list[Combo]:
 def not_applicable(combo: Combo, support: Support) -> str | None:
     """Why a combination cannot be asked of this release (None: it can)."""
     if support.levels.get(combo.level) is False:
-        return f"this release has no GraphOptimizationLevel.{LEVEL_ENUM[combo.level]}"
+        return f"this release has no GraphOptimizationLevel.{GRAPH_LEVELS[combo.level]}"
     if combo.switch != "none":
         key = SWITCHES[combo.switch][0]
         if support.keys.get(key) is False:
@@ -198,13 +197,6 @@ def triage_store(plan, kind: str, extra: dict) -> RunStore:
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
     return RunStore.open(plan.store.dir.parent, run_id, key, info, list(sys.argv))
-
-
-def judged(record: dict, predicate) -> dict:
-    verdict, why = classify(record, predicate)
-    s = rows_summary(record.get("result"))
-    return {**record, "verdict": verdict, "why": why, "rows": s["rows"], "nan_rows": s["nan_rows"],
-            "inf_rows": s["inf_rows"]}
 
 
 class OptionsMatrix:
@@ -243,7 +235,7 @@ class OptionsMatrix:
         reused = rec is not None
         if rec is None:
             rec = self._probe(combo)
-        j = judged(rec, self.plan.predicate)
+        j = judge(rec, self.plan.predicate)
         na = worker_says_na(rec)
         if na:
             self.na[combo.id] = na
@@ -255,8 +247,8 @@ class OptionsMatrix:
         safe = combo.id.replace(",", "_").replace("=", "-")
         job = ProbeJob(self.plan.job.model, self.plan.job.inputs, self.plan.job.outputs, combo.session_options(),
                        self.plan.job.timeout)
-        rec = run_probe(self.plan.runner, self.release, job, self.store.dir / "work" / safe,
-                        self.store.dir / "outputs" / f"{self.release.version}-{safe}.npz")
+        rec = run_probe(self.plan.runner, self.release, job, self.store.work_dir(safe),
+                        self.store.outputs_path(self.release.version, safe))
         rec.update(combo_id=combo.id, combo=combo.__dict__, session_options=combo.session_options())
         self.store.append(rec)
         self.records[combo.id] = rec
@@ -343,7 +335,7 @@ def options_matrix(plan, release, *, levels=LEVELS, modes=MODES, threads=THREADS
                     "how": matrix.support.how},
         "combos": [{"id": c.id, **c.__dict__, "verdict": results[c.id]["verdict"], "why": results[c.id].get("why"),
                     "nan_rows": results[c.id].get("nan_rows"), "rows": results[c.id].get("rows"),
-                    "sha256": _hashes(results[c.id])} for c in cs],
+                    "sha256": output_hashes(results[c.id])} for c in cs],
         "verdicts_seen": decisive,
         "changing_dimensions": changing,
         "bisections": bisections,
@@ -354,12 +346,12 @@ def options_matrix(plan, release, *, levels=LEVELS, modes=MODES, threads=THREADS
     na_reasons = sorted({c["why"] for c in doc["combos"] if c["verdict"] == "n/a"})
     if na_reasons:
         doc["message"] += " n/a: " + "; ".join(na_reasons) + "."
-    write_atomic(matrix.store.dir / OPTIONS_SUMMARY, json.dumps(doc, indent=1))
+    matrix.store.save_document(OPTIONS_SUMMARY, doc)
     doc["results"] = str(matrix.store.dir)
     return doc
 
 
-def _hashes(rec: dict) -> list[str] | None:
+def output_hashes(rec: dict) -> list[str] | None:
     outs = (rec.get("result") or {}).get("outputs")
     return [o.get("sha256") for o in outs] if outs else None
 
@@ -402,14 +394,14 @@ def repeat_probe(plan, release, n: int, observer=None) -> dict:
     series = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
     runs = []
     for i in range(n):
-        rec = run_probe(plan.runner, release, plan.job, store.dir / "work" / f"{series}-{i}",
-                        store.dir / "outputs" / f"{release.version}-{series}-{i}.npz")
+        rec = run_probe(plan.runner, release, plan.job, store.work_dir(f"{series}-{i}"),
+                        store.outputs_path(release.version, f"{series}-{i}"))
         rec.update(series=series, repeat_index=i)
         store.append(rec)
-        j = judged(rec, plan.predicate)
+        j = judge(rec, plan.predicate)
         runs.append(j)
         observer(i, j)
-    hashes = [tuple(_hashes(r) or ()) if r["status"] == "ran" else None for r in runs]
+    hashes = [tuple(output_hashes(r) or ()) if r["status"] == "ran" else None for r in runs]
     ran = [h for h in hashes if h is not None]
     distinct = sorted({h for h in ran})
     names = [o["name"] for o in ((runs[0].get("result") or {}).get("outputs") or [])]
@@ -444,9 +436,9 @@ def repeat_probe(plan, release, n: int, observer=None) -> dict:
         "distinct_outputs": len(distinct),
         "per_output": per_output,
         "runs": [{"index": i, "verdict": r["verdict"], "why": r["why"], "seconds": round(r.get("seconds") or 0, 3),
-                  "sha256": _hashes(r)} for i, r in enumerate(runs)],
+                  "sha256": output_hashes(r)} for i, r in enumerate(runs)],
     }
-    write_atomic(store.dir / REPEAT_SUMMARY, json.dumps(doc, indent=1))
+    store.save_document(REPEAT_SUMMARY, doc)
     doc["results"] = str(store.dir)
     return doc
 
@@ -455,12 +447,10 @@ def find_summaries(results_dir: Path, kind: str, key_match: dict) -> list[dict]:
     """Stored triage summaries (options.json / repeat.json) of runs whose key matches `key_match`."""
     name = OPTIONS_SUMMARY if kind == "options" else REPEAT_SUMMARY
     found = []
-    for p in sorted(Path(results_dir).glob(f"*/{name}")):
-        man = RunStore(p.parent).manifest() or {}
-        key = man.get("key", {})
-        if all(key.get(k) == v for k, v in key_match.items()):
-            try:
-                found.append({**json.loads(p.read_text()), "results": str(p.parent)})
-            except ValueError:
-                continue
+    for p in sorted(Path(results_dir).glob(f"*/{name}.json")):
+        store = RunStore(p.parent)
+        key = (store.manifest() or {}).get("key", {})
+        doc = store.document(name)
+        if doc is not None and all(key.get(k) == v for k, v in key_match.items()):
+            found.append({**doc, "results": str(p.parent)})
     return found

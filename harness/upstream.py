@@ -13,6 +13,7 @@ else referenced by path and sha256. It exits 0 when good, 1 when bad.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import io
 import json
@@ -23,22 +24,18 @@ from pathlib import Path
 import numpy as np
 
 from harness import search
-from harness.results import RunStore
-from harness.verdicts import Predicate, classify, parse_predicate, rows_summary
+from harness.results import EXPLANATION, RunStore
+from harness.verdicts import Predicate, judge, parse_predicate
 from harness.versions import parse_version
+from harness.vocabulary import GRAPH_LEVELS
 
 SCRIPT = "repro.py"
 
 
 def _predicate(manifest: dict) -> Predicate:
-    for cmd in reversed(manifest.get("commands", [])):
-        argv = cmd.get("argv") or []
-        for i, a in enumerate(argv):
-            text = a.split("=", 1)[1] if a.startswith("--bad-if=") else argv[i + 1] if a == "--bad-if" and i + 1 < len(argv) else None
-            if text:
-                p = parse_predicate(text)
-                return p if not p.needs_reference else Predicate()
-    return Predicate()
+    """The run's predicate; one that needs a reference file is replaced by the default (the repro has none)."""
+    p = parse_predicate(manifest.get("predicate") or str(Predicate()))
+    return p if not p.needs_reference else Predicate()
 
 
 def _records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
@@ -46,9 +43,7 @@ def _records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
     for r in store.records():
         if r.get("combo_id") or r.get("series"):
             continue
-        verdict, why = classify(r, predicate)
-        s = rows_summary(r.get("result"))
-        recs[r["version"]] = {**r, "verdict": verdict, "why": why, **{k: s[k] for k in ("rows", "nan_rows", "inf_rows")}}
+        recs[r["version"]] = judge(r, predicate)
     return recs
 
 
@@ -68,8 +63,10 @@ def _spec(manifest: dict, run_dir: Path, cache_dir: Path, offline: bool, from_: 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
           log=None) -> dict:
     """The report as a JSON-able document (and repro.py written next to the run)."""
+    from harness.explain import explanation
+    from harness.mitigate import MITIGATION
     from harness.plan import make_plan
-    from harness.probe import run_probe
+    from harness.session import probe_releases
 
     log = log or (lambda msg: None)
     run_dir = Path(run_dir)
@@ -95,16 +92,13 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     def get_plan(to: str):
         nonlocal plan
         if plan is None or plan.releases[-1].version != to:
-            plan = make_plan(__import__("dataclasses").replace(spec, to=to), command=["bisect", "report", str(run_dir)])
+            plan = make_plan(dataclasses.replace(spec, to=to), command=["bisect", "report", str(run_dir)])
         return plan
 
     # newest release: still present?
     if probe and newest not in recs:
-        p = get_plan(newest)
-        rel = next(r for r in p.releases if r.version == newest)
         log(f"probing the newest release, {newest}")
-        rec = run_probe(p.runner, rel, p.job, store.dir / "work" / newest, store.outputs_path(newest))
-        store.append(rec)
+        probe_releases(get_plan(newest), [newest])
         recs = _records(store, predicate)
     # verdict grid and boundary over the releases between the first and last probed
     probed = sorted(recs, key=parse_version)
@@ -122,20 +116,9 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         if last_good and first_bad else []
 
     # explanation
-    expl = None
-    expl_path = run_dir / "explanation.json"
-    if expl_path.exists():
-        expl = json.loads(expl_path.read_text())
-    elif probe and last_good and first_bad:
-        from harness.commands.explain import explain_pair
-
-        log(f"explaining {last_good} -> {first_bad} (trace and diff)")
-        p = get_plan(probed[-1])
-        result, chart = explain_pair(p, last_good, first_bad)
-        expl = {"text": result.explanation, "suspect": result.suspect, "pair": [last_good, first_bad],
-                "diff": str(run_dir / "traces" / f"diff-{last_good}-{first_bad}.json"),
-                "chart": str(chart) if chart else None}
-        expl_path.write_text(json.dumps(expl, indent=1))
+    expl = store.document(EXPLANATION)
+    if expl is None and probe and last_good and first_bad:
+        expl = explanation(get_plan(probed[-1]), last_good, first_bad, log=log)
 
     # options matrices and mitigation of the same model, batch and target
     from harness.triage import find_summaries
@@ -143,7 +126,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     match = {k: key.get(k) for k in ("model", "batch", "outputs", "arch", "backend", "cpu", "python")}
     options = find_summaries(run_dir.parent, "options", match)
     repeats = find_summaries(run_dir.parent, "repeat", match)
-    mitigation = json.loads((run_dir / "mitigation.json").read_text()) if (run_dir / "mitigation.json").exists() else None
+    mitigation = store.document(MITIGATION)
 
     env = environment(recs, key, first_bad or probed[-1])
     doc = {
@@ -172,7 +155,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
                                                        "worst_cosine", "worst_max_abs")}
                        | {"patched_model": mitigation["patched"]["path"]}) if mitigation else None,
     }
-    doc["repro"] = write_repro(run_dir, manifest, key, predicate, embed_limit)
+    doc["repro"] = write_repro(store, manifest, key, predicate, embed_limit)
     return doc
 
 
@@ -223,7 +206,7 @@ def _wrap(b64: str) -> str:
     return "\n".join(textwrap.wrap(b64, 100))
 
 
-def write_repro(run_dir: Path, manifest: dict, key: dict, predicate: Predicate, embed_limit: int) -> dict:
+def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int) -> dict:
     model_path = Path(manifest["model"]["path"])
     data = model_path.read_bytes()
     sha = hashlib.sha256(data).hexdigest()
@@ -250,8 +233,7 @@ INPUTS_NPZ_B64 = """
 {_wrap(_npz_b64(Path(manifest["batch"]["path"])))}
 """
 
-LEVELS = {{"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-          "layout": "ORT_ENABLE_LAYOUT", "all": "ORT_ENABLE_ALL"}}
+LEVELS = {json.dumps(GRAPH_LEVELS)}
 
 
 def main():
@@ -295,8 +277,7 @@ def main():
 if __name__ == "__main__":
     sys.exit(main())
 '''
-    path = run_dir / SCRIPT
-    path.write_text(script)
+    path = store.save_file(SCRIPT, script)
     return {"path": str(path), "model_embedded": embedded, "model": None if embedded else str(model_path),
             "model_sha256": sha, "script": script}
 

@@ -85,6 +85,22 @@ def max_rel_diff(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray
     return worst
 
 
+def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] | None = None,
+          outputs: dict[str, np.ndarray] | None = None) -> dict:
+    """The record with its verdict under `predicate` and its row counts: what every reader shows.
+
+    `outputs` are the probe's saved outputs, needed only by predicates that
+    compare with a `reference`; without either such a probe is an *error*.
+    """
+    rel = None
+    if predicate.needs_reference and record.get("status") == "ran" and reference is not None and outputs is not None:
+        rel = max_rel_diff(outputs, reference)
+    verdict, why = classify(record, predicate, rel)
+    s = rows_summary(record.get("result"))
+    return {**record, "verdict": verdict, "why": why, "predicate": str(predicate),
+            "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
+
+
 def classify(outcome: dict, predicate: Predicate, rel_diff: float | None = None) -> tuple[str, str]:
     """(verdict, reason) for one stored probe outcome.
 

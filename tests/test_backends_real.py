@@ -77,7 +77,7 @@ def test_qemu_runs_a_release_from_1_28_on(bisect, residual_overflow):
 
 def test_search_results_and_report_have_no_backend_branches():
     names = re.compile(r"""["'](uv|qemu|docker)["']""")
-    for module in ("search.py", "driver.py", "results.py", "report.py", "verdicts.py", "probe.py"):
+    for module in ("search.py", "driver.py", "results.py", "summary.py", "verdicts.py", "probe.py"):
         text = (HARNESS / module).read_text()
         assert not names.search(text), f"{module} names a backend"
 

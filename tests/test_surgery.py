@@ -17,9 +17,11 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
 import builders
-from harness import surgery
-from harness.surgery import CAST_PREFIX as P
-from harness.trace import NodeTrace, TensorStat, TraceResult, diff, to_json, trace_from_json, trace_table, diff_table
+from harness import precision, surgery
+from harness.precision import CAST_PREFIX as P
+from harness.diff import diff
+from harness.render import diff_table, trace_table
+from harness.trace import NodeTrace, TensorStat, TraceResult, to_json, trace_from_json
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 
@@ -245,15 +247,15 @@ def native_sln_1_20_0():
 def test_precision_map_fp32_island_then_native_fp16():
     orig = builders.residual_norm_model()
     sln = "/model/norm/SimplifiedLayerNormalization"
-    before = surgery.precision_map(orig, island_1_19_2())
-    after = surgery.precision_map(orig, native_sln_1_20_0())
+    before = precision.precision_map(orig, island_1_19_2())
+    after = precision.precision_map(orig, native_sln_1_20_0())
     assert list(before) == ["/model/layers.0/Add", "/model/layers.1/Add", sln]
     assert {k: v.precision for k, v in before.items()} == dict.fromkeys(before, "fp32-island")
     assert before[sln].casts == (P + "/model/norm/weight", P + "y") and before[sln].ran_as == "SimplifiedLayerNormalization"
     assert after[sln].precision == "fp16" and after["/model/layers.1/Add"].precision == "fp32-island"
     assert after["/model/layers.1/Add"].casts == (P + "x", P + "/model/layers.1/Add_output_0")
-    vis_before = surgery.tensor_visibility(orig, island_1_19_2())
-    vis_after = surgery.tensor_visibility(orig, native_sln_1_20_0())
+    vis_before = precision.tensor_visibility(orig, island_1_19_2())
+    vis_after = precision.tensor_visibility(orig, native_sln_1_20_0())
     assert vis_before == {"/model/layers.0/Add_output_0": "observed-only", "/model/layers.1/Add_output_0": "observed-only",
                           "y": "seen"}
     assert vis_after["/model/layers.1/Add_output_0"] == "seen"  # cast back to fp16 for the norm: really rounded
@@ -277,12 +279,12 @@ def test_precision_map_native_add_and_folded_initializer():
         helper.make_node("Mul", [a1, "quarter"], [mul], name="/model/scale/Mul"),
         helper.make_node("Div", [mul, mul], ["y"], name="/model/norm/Div"),
     ], [("x", F16)], [("y", F16)], [numpy_helper.from_array(np.array(0.25, np.float16), "quarter")])
-    pi, pn = surgery.precision_map(orig, island), surgery.precision_map(orig, native)
+    pi, pn = precision.precision_map(orig, island), precision.precision_map(orig, native)
     assert {v.precision for v in pi.values()} == {"fp32-island"}
     assert pi["/model/scale/Mul"].casts == ()  # fed by the folded fp32 initializer and the island
     assert {v.precision for v in pn.values()} == {"fp16"}
     assert all(v.casts == () for v in pn.values())
-    assert set(surgery.tensor_visibility(orig, native).values()) == {"seen"}
+    assert set(precision.tensor_visibility(orig, native).values()) == {"seen"}
 
 
 def rms_model():
@@ -331,7 +333,7 @@ def test_precision_map_fused_removed_folded():
     ], [("x", F16)], [("y", F16)],
         [numpy_helper.from_array(np.ones(8, np.float32), p + "norm/w"),
          numpy_helper.from_array(-np.ones(8, np.float16), "/model/const/Neg_output_0")])
-    pm = surgery.precision_map(orig, opt)
+    pm = precision.precision_map(orig, opt)
     for name in ("norm/Cast", "norm/Pow", "norm/ReduceMean", "norm/Add", "norm/Sqrt", "norm/Div", "norm/Mul"):
         np_ = pm[p + name]
         assert (np_.precision, np_.ran_as, np_.optimized_node) == ("fused", "SimplifiedLayerNormalization", fused), name
@@ -340,7 +342,7 @@ def test_precision_map_fused_removed_folded():
     assert pm["/model/const/Neg"].precision == "folded"
     assert pm[p + "Add_1"].precision == "fp32-island"
     assert pm["/model/out/Mul"].precision == "fp32-island"
-    vis = surgery.tensor_visibility(orig, opt)
+    vis = precision.tensor_visibility(orig, opt)
     assert vis[p + "norm/Mul_output_0"] == "seen" and vis[p + "norm/Pow_output_0"] == "observed-only"
 
 
@@ -351,7 +353,7 @@ def _trace(version, verdict, nan_rows, precisions, stats):
     """stats: node -> (tensor, inf, max_abs, visibility)."""
     names = ["/model/layers.0/Add", "/model/layers.1/Add", "/model/norm/SimplifiedLayerNormalization"]
     ins = [["x", "x"], ["/model/layers.0/Add_output_0", "x"], ["/model/layers.1/Add_output_0", "/model/norm/weight"]]
-    prec = {n: surgery.NodePrecision(n, n.rsplit("/", 1)[1].split("_")[0], p, n.rsplit("/", 1)[1]) for n, p in zip(names, precisions)}
+    prec = {n: precision.NodePrecision(n, n.rsplit("/", 1)[1].split("_")[0], p, n.rsplit("/", 1)[1]) for n, p in zip(names, precisions)}
     nodes = []
     for n, i in zip(names, ins):
         tensor, inf, mx, vis, nan = stats[n]
@@ -414,7 +416,7 @@ def test_diff_same_precision_is_kernel_change():
 
 def test_headroom_chart(tmp_path):
     pytest.importorskip("matplotlib")
-    from harness.trace import headroom_chart
+    from harness.charts import headroom_chart
 
     a = _trace("1.20.0", "bad", 2, ["fp16"] * 3, {
         "/model/layers.0/Add": ("/model/layers.0/Add_output_0", 0, 60000.0, "seen", 0),

@@ -11,7 +11,9 @@ import pytest
 import builders
 from harness.runners import make_runner
 from harness.runners.uv import uv_bin
-from harness.trace import diff, headroom_chart, to_json, trace
+from harness.charts import headroom_chart
+from harness.diff import diff
+from harness.trace import to_json, trace
 from harness.versions import ReleaseIndex, Target
 
 pytestmark = pytest.mark.release

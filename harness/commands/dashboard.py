@@ -6,14 +6,14 @@ import time
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False, soft_wrap=True)
+from harness.commands.common import err, out
+from harness.vocabulary import DEFAULT_RESULTS_DIR
 
 
 @click.command("dashboard")
-@click.argument("results", type=click.Path(path_type=Path), default=Path("results"))
+@click.argument("results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR)
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True)
 @click.option("--title", default="ortbisect dashboard", show_default=True)
 def command(results, out_dir, title):
@@ -24,6 +24,6 @@ def command(results, out_dir, title):
     if not results.is_dir():
         raise UsageError(f"{results}: no such results directory")
     t0 = time.perf_counter()
-    page = build(results, out_dir, title)
+    page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"))
     out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s)")
     return 0

@@ -7,28 +7,9 @@ import sys
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
-from harness.options import store_options
-
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
-
-
-class _Lines:
-    """One line per probe on stderr."""
-
-    def __init__(self, prefix: str):
-        self.prefix = prefix
-
-    def probe_started(self, version: str) -> None:
-        pass
-
-    def probe_finished(self, record: dict, reused: bool) -> None:
-        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
-        err.print(f"{escape(self.prefix)} onnxruntime {record['version']:<8} {record['verdict']:<7} "
-                  f"{escape(record.get('why') or '')} ({how})")
+from harness.commands.common import err, jobs_option, out, results_dir_option, store_options
 
 
 @click.group("matrix")
@@ -58,10 +39,10 @@ def cells(matrix_file, as_json):
 @command.command("run")
 @click.argument("matrix_file", type=click.Path(path_type=Path))
 @click.option("--cell", "cell", type=int, multiple=True, help="Run only this cell (repeatable); see `matrix cells`.")
-@click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True)
+@results_dir_option
 @store_options
 @click.option("--refresh", is_flag=True, help="Probe every release again; the new records are appended, none deleted.")
-@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once within a cell.")
+@jobs_option
 @click.option("--keep-going/--fail-fast", default=True, show_default=True,
               help="A cell that cannot run (no qemu here, model not reachable) is reported and the others still run.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
@@ -69,12 +50,12 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
     from harness.errors import EnvironmentSkip, UsageError
     from harness.matrix import load, resolve_range, run_cell, select
-    from harness.runners.uv import uv_bin
-    from harness.versions import ReleaseIndex
+    from harness.plan import release_listing
+    from harness.render import ProbeLines
 
     m = load(matrix_file)
     chosen = select(m, tuple(cell))
-    listing = ReleaseIndex(cache_dir, uv_bin(), offline).releases()
+    listing = release_listing(cache_dir, offline)
     for c in chosen:  # an empty range is a mistake in the file: refuse before any probe
         resolve_range(c.releases, listing)
     docs, failed = [], []
@@ -82,7 +63,7 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
         err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
-                           observer=_Lines(f"  [{c.index}]"), listing=listing, command=sys.argv)
+                           observer=ProbeLines(err, f"  [{c.index}]", spinner=False), listing=listing, command=sys.argv)
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise

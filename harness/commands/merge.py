@@ -6,10 +6,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.markup import escape
 
-out = Console(highlight=False, soft_wrap=True)
+from harness.commands.common import out
 
 
 @click.command("merge")

@@ -1,28 +1,23 @@
-"""Command-line options shared by several commands, defined once as composable groups."""
+"""What the commands share: the two consoles, exit statuses, and the option
+groups (each defined once, composed by the commands that take them)."""
 
 from __future__ import annotations
 
-import os
 import platform
 import sys
 from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
+from harness.vocabulary import DEFAULT_RESULTS_DIR, GRAPH_LEVELS, default_cache_dir
+
+EXIT_FAILURE = 1  # the environment or the harness failed (results cannot be written, ...)
+EXIT_USAGE = 2  # bad input, refused before any probe
 EXIT_INTERRUPTED = 130
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
-
-
-ARCH_ALIASES = {"arm64": "aarch64", "amd64": "x86_64"}  # docker's names for the same CPUs
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "ortbisect"
 
 
 # -- option groups (composable decorators, one definition each) ---------------------------
@@ -53,34 +48,54 @@ target_options = compose(
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),
 )
+results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
+                                  show_default=True, help="Where runs are kept (one directory per run).")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
+jobs_option = click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once.")
+graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVELS)), default=None,
+                                help="Session graph optimization level (default: onnxruntime's).")
+
 store_options = compose(
     click.option("--cache-dir", type=click.Path(path_type=Path), default=default_cache_dir, show_default="XDG cache",
                  help="Environments, release listing, generated models."),
     click.option("--offline", is_flag=True, help="Use the cached release listing only."),
 )
 probe_options = compose(
-    click.option("--results-dir", type=click.Path(path_type=Path), default=Path("results"), show_default=True),
+    results_dir_option,
     click.option("--resume", "resume", default=None, metavar="RUN", help="Run id to continue (the same command continues by itself)."),
     click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
     click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
                  help="nan-or-inf | nan | zero-rows | max-abs>B | rel-diff>B (with --reference)."),
     click.option("--reference", type=click.Path(path_type=Path), help=".npz of reference outputs for rel-diff."),
-    click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once."),
+    jobs_option,
     click.option("--prefetch/--no-prefetch", default=True, show_default=True,
                  help="Install the environments the next round may need while a probe runs."),
-    click.option("--graph-opt", type=click.Choice(["disable", "basic", "extended", "layout", "all"]), default=None,
-                 help="Session graph optimization level (default: onnxruntime's)."),
+    graph_opt_option,
     click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads (default: onnxruntime's)."),
     click.option("--memory-limit", "memory_limit_mb", type=click.IntRange(min=64), default=None, metavar="MB",
                  help="Cap each worker's memory (address space); a probe past it fails instead of the machine."),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Identical runs per probe (fresh processes); outputs that differ make it *nondeterministic*."),
-    click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of the table."),
+    json_option,
 )
 
 
+triage_options = compose(
+    results_dir_option,
+    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
+    click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
+                 help="nan-or-inf | nan | zero-rows | max-abs>B (rel-diff is not offered here)."),
+    json_option,
+)
+
+
+def log_to_stderr(msg) -> None:
+    """Progress of a long step (provisioning, tracing) for the user, on stderr."""
+    err.print(escape(str(msg)))
+
+
 def search_spec(opts: dict):
-    """The search the command line asks for."""
+    """The search the command line asks for; options a command does not take keep their defaults."""
     from harness.plan import SearchSpec
 
     session_options = {}
@@ -88,12 +103,8 @@ def search_spec(opts: dict):
         session_options["graph_optimization_level"] = opts["graph_opt"]
     if opts.get("threads") is not None:
         session_options["intra_op_num_threads"] = opts["threads"]
-    return SearchSpec(
-        model=opts["model"], from_=opts["from_"], to=opts["to"], inputs=opts["inputs"], outputs=tuple(opts["outputs"]),
-        arch=opts["arch"], backend=opts["backend"], cpu=opts["cpu"], python=opts["python"],
-        cache_dir=opts["cache_dir"], offline=opts["offline"], results_dir=opts["results_dir"], resume=opts["resume"],
-        timeout=opts["timeout"], bad_if=opts["bad_if"], reference=opts["reference"], session_options=session_options,
-        repeat=opts.get("repeat", 1), memory_limit_mb=opts.get("memory_limit_mb"),
-    )
-
-
+    given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
+                                  "results_dir", "resume", "timeout", "bad_if", "reference", "repeat", "memory_limit_mb")
+             if opts.get(k) is not None}
+    return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
+                      session_options=session_options, **given)

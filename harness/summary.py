@@ -1,4 +1,4 @@
-"""What a run found, as a JSON document, a sentence and a table. No I/O but the final print."""
+"""What a search found, as a JSON document and a sentence. Pure: no I/O."""
 
 from __future__ import annotations
 
@@ -90,29 +90,9 @@ def exit_status(doc: dict) -> int:
     return EXIT_FOUND if doc["status"] == "found" else EXIT_NO_BOUNDARY
 
 
-VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
-                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
-
-
 def target_label(prov: dict) -> str:
     """Where probes ran, for titles: "aarch64 · qemu · cpu neoverse-n1"."""
     parts = [prov.get("arch") or "?", prov.get("backend") or "?"]
     if prov.get("cpu"):
         parts.append(f"cpu {prov['cpu']}")
     return " · ".join(parts)
-
-
-def table(doc: dict):
-    from rich.markup import escape
-    from rich.table import Table
-
-    t = Table(title=f"onnxruntime probes · {target_label(doc.get('provenance') or {})}", title_justify="left")
-    for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
-                      ("rows", "right"), ("seconds", "right"), ("note", "left")):
-        t.add_column(col, justify=just)
-    for p in doc["probes"]:
-        style = VERDICT_STYLE.get(p["verdict"], "")
-        t.add_row(p["version"], f"[{style}]{p['verdict']}[/]", str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
-                  str(p["rows"] or 0), f"{p['seconds']:.2f}",
-                  ("saved; " if p["reused"] else "") + ("" if p["verdict"] in ("good", "bad") else escape(p.get("why") or "")))
-    return t

@@ -1,0 +1,32 @@
+"""`bisect diff GOOD BAD`: what changed between two releases, node by node."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from harness.commands.common import log_to_stderr, model_options, out, store_options, target_options
+from harness.commands.trace import plan_over, trace_options
+
+
+@click.command("diff")
+@model_options
+@click.argument("a", metavar="GOOD")
+@click.argument("b", metavar="BAD")
+@target_options
+@store_options
+@trace_options
+def command(a, b, budget_mb, refresh, as_json, **opts):
+    """What changed between two releases: per-node diff and execution precision."""
+    from harness import explain, trace
+    from harness.render import diff_table
+
+    plan = plan_over(opts, [a, b])
+    result, chart = explain.explain_pair(plan, a, b, budget_mb=budget_mb, refresh=refresh, log=log_to_stderr)
+    if as_json:
+        out.print_json(json.dumps(trace.to_json(result)))
+        return 0
+    out.print(diff_table(result))
+    out.print(f"[dim]traces and diff: {explain.trace_dir(plan)}" + (f"; chart: {chart}" if chart else "") + "[/]")
+    return 0

@@ -1,0 +1,45 @@
+"""`bisect repeat`: one probe N times in fresh processes; same bits, or *nondeterministic*."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+
+from harness.commands.common import (err, graph_opt_option, model_options, out, search_spec, store_options,
+                                     target_options, triage_options)
+
+
+@click.command("repeat")
+@model_options
+@click.option("--version", "version", required=True, metavar="VERSION")
+@click.option("-n", "n", type=click.IntRange(min=2), default=5, show_default=True, help="Identical probes (fresh processes).")
+@target_options
+@store_options
+@triage_options
+@graph_opt_option
+@click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads.")
+def command(version, n, as_json, **opts):
+    """Run one probe N times in fresh processes: same bits every time, or *nondeterministic*."""
+    from harness import triage
+    from harness.plan import plan_for_release
+
+    plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version)
+
+    def show(i, rec):
+        if not as_json:
+            hashes = ", ".join(h[:12] for h in (triage.output_hashes(rec) or []))
+            err.print(f"run {i + 1}/{n}: {rec['verdict']:<7} {escape(rec.get('why') or '')} sha256 {hashes} "
+                      f"({rec.get('seconds') or 0:.1f} s)")
+
+    doc = triage.repeat_probe(plan, plan.releases[0], n, observer=show)
+    if as_json:
+        out.print_json(json.dumps(doc))
+    else:
+        for name, hashes in doc["per_output"].items():
+            out.print(f"{name}: {len(hashes)} distinct sha256 in {n} runs" +
+                      ("" if len(hashes) == 1 else ": " + ", ".join(h[:16] for h in hashes)))
+        out.print(f"onnxruntime {version}: [bold]{doc['verdict']}[/] ({escape(doc['why'])})")
+        out.print(f"[dim]results: {doc['results']}[/]")
+    return 0

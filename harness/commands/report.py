@@ -1,0 +1,39 @@
+"""`bisect report RUN`: a paste-ready upstream report of a run, with its repro script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from harness.commands.common import err, log_to_stderr, results_dir_option, store_options
+from harness.errors import UsageError
+from harness.results import MANIFEST
+
+
+@click.command("report")
+@click.argument("run", metavar="RUN")
+@results_dir_option
+@store_options
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--no-probe", is_flag=True, help="Do not probe the newest release, nor trace to explain.")
+@click.option("--embed-limit", type=click.IntRange(min=0), default=64 << 10, show_default=True,
+              help="Embed the model in the repro script when it is at most this many bytes.")
+def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
+    """A paste-ready upstream report of a run: environment, verdicts, explanation, repro script.
+
+    RUN is a results/<run-id> directory, or a run id in --results-dir.
+    """
+    from harness import upstream
+
+    run_dir = Path(run)
+    if not (run_dir / MANIFEST).exists():
+        run_dir = results_dir / run
+    if not (run_dir / MANIFEST).exists():
+        raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
+    doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
+                         embed_limit=embed_limit, log=log_to_stderr)
+    click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
+    err.print(f"repro script: {doc['repro']['path']}")
+    return 0

@@ -1,0 +1,72 @@
+"""`bisect run`: last good and first bad release of a range, in few probes."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+
+from harness.commands.common import (EXIT_INTERRUPTED, err, log_to_stderr, model_options, out, probe_options,
+                                     range_options, search_spec, store_options, target_options)
+from harness.errors import UsageError
+
+
+@click.command("run")
+@model_options
+@range_options
+@target_options
+@store_options
+@probe_options
+@click.option("--mode", type=click.Choice(["regression", "fix"]), default="regression", show_default=True,
+              help="regression: first bad after good; fix: first good after bad.")
+@click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
+def command(**opts):
+    """Bisect the release range: last good and first bad release, in few probes."""
+    return search_and_render(opts, sweep=False)
+
+
+def search_and_render(opts: dict, sweep: bool) -> int:
+    """One search per requested architecture, each with its own results; the tables or one JSON object."""
+    from harness.vocabulary import canonical_arch
+
+    archs = [canonical_arch(a) for a in opts["arch"].split(",") if a.strip()]
+    if not archs or len(set(archs)) != len(archs):
+        raise UsageError(f"--arch {opts['arch']!r}: give distinct architectures, e.g. x86_64,aarch64")
+    docs = []
+    for arch in archs:
+        doc = _search_one({**opts, "arch": arch}, sweep)
+        if doc is None:
+            return EXIT_INTERRUPTED
+        docs.append(doc)
+    if opts["as_json"]:
+        out.print_json(json.dumps(docs[0] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for d in docs}}))
+    from harness.summary import exit_status
+
+    return min(exit_status(d) for d in docs)  # a boundary found on any arch is a finding
+
+
+def _search_one(opts: dict, sweep: bool) -> dict | None:
+    from harness.plan import make_plan
+    from harness.render import ProbeLines, run_table
+    from harness.session import run_search
+
+    plan = make_plan(search_spec(opts))
+    with ProbeLines(err) as progress:
+        try:
+            found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
+                               jobs=opts["jobs"], prefetch=opts["prefetch"], explain=opts.get("explain", False),
+                               log=log_to_stderr)
+        except KeyboardInterrupt:
+            done = len(plan.store.records())
+            err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
+                      f"run the same command again (or --resume {plan.store.run_id}) to continue")
+            return None
+    doc = found.doc
+    if not opts["as_json"]:
+        out.print(run_table(doc))
+        out.print(doc["message"])
+        if "explanation" in doc:
+            out.print(escape(doc["explanation"]["text"]))
+        out.print(f"[dim]results: {plan.store.dir}[/]")
+    return doc

@@ -1,0 +1,53 @@
+"""`bisect trace`: per-node statistics of every intermediate tensor on one release."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from harness.commands.common import (compose, json_option, log_to_stderr, model_options, out, results_dir_option,
+                                     search_spec, store_options, target_options)
+from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB
+
+trace_options = compose(
+    results_dir_option,
+    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per pass."),
+    click.option("--budget-mb", type=click.IntRange(min=1), default=DEFAULT_TRACE_BUDGET_MB, show_default=True,
+                 help="Bytes of exposed tensors per pass: bounds the worker's memory above the model's own."),
+    click.option("--refresh", is_flag=True, help="Trace again even if the run already holds a trace."),
+    json_option,
+)
+
+
+def plan_over(opts: dict, versions: list[str]):
+    """The plan of a run over the releases from the oldest to the newest of `versions` (traces live with it)."""
+    from harness.plan import make_plan
+    from harness.versions import parse_version
+
+    ordered = sorted(versions, key=parse_version)
+    return make_plan(search_spec({**opts, "from_": ordered[0], "to": ordered[-1]}))
+
+
+@click.command("trace")
+@model_options
+@click.option("--version", "version", required=True, metavar="VERSION", help="Release to trace.")
+@target_options
+@store_options
+@trace_options
+@click.option("--dump", multiple=True, metavar="NODE", help="Also save this node's output tensors (.npz).")
+@click.option("--all-nodes", is_flag=True, help="Every tensor, not only residual Adds, hot and non-finite ones.")
+def command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts):
+    """Per-node statistics of every intermediate tensor on one release."""
+    from harness import explain, trace
+    from harness.render import trace_table
+
+    plan = plan_over(opts, [version])
+    result = explain.traced(plan, version, budget_mb=budget_mb, dump=dump, refresh=refresh, log=log_to_stderr)
+    chart = explain.chart(result, explain.trace_dir(plan) / f"headroom-{version}.svg")
+    if as_json:
+        out.print_json(json.dumps(trace.to_json(result)))
+        return 0
+    out.print(trace_table(result, all_nodes=all_nodes))
+    out.print(f"[dim]trace: {explain.trace_dir(plan) / f'{version}.json'}" + (f"; chart: {chart}" if chart else "") + "[/]")
+    return 0

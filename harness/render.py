@@ -1,0 +1,183 @@
+"""Everything the commands show on a terminal: tables, progress lines, colours.
+
+Logic modules return data; only commands call these, and only these print
+through rich.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from harness.diff import DiffResult, describe
+from harness.summary import target_label
+from harness.trace import TraceResult
+
+VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
+                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
+
+
+def verdict(v: str | None) -> str:
+    """A verdict word in its colour (rich markup)."""
+    return f"[{VERDICT_STYLE.get(v or '', 'dim')}]{v or '-'}[/]"
+
+
+# --- searches ------------------------------------------------------------------------------
+
+
+class ProbeLines:
+    """One line per finished probe on a console, with a spinner for the probes in flight."""
+
+    def __init__(self, console: Console, prefix: str = "", spinner: bool = True):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.prefix = prefix
+        self.count = 0
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=console, transient=True, disable=not spinner)
+        self.tasks = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def probe_started(self, version: str) -> None:
+        self.tasks[version] = self.bar.add_task(f"probing onnxruntime {version}", total=None)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        self.count += 1
+        task = self.tasks.pop(record["version"], None)
+        if task is not None:
+            self.bar.remove_task(task)
+        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
+        lead = f"{escape(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
+        self.bar.console.print(f"{lead}onnxruntime {record['version']:<8} "
+                               f"[{VERDICT_STYLE.get(record['verdict'], '')}]{record['verdict']:<7}[/] "
+                               f"{escape(record.get('why') or '')} ({how})")
+
+
+def run_table(doc: dict) -> Table:
+    t = Table(title=f"onnxruntime probes · {target_label(doc.get('provenance') or {})}", title_justify="left")
+    for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
+                      ("rows", "right"), ("seconds", "right"), ("note", "left")):
+        t.add_column(col, justify=just)
+    for p in doc["probes"]:
+        t.add_row(p["version"], verdict(p["verdict"]), str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
+                  str(p["rows"] or 0), f"{p['seconds']:.2f}",
+                  ("saved; " if p["reused"] else "") + ("" if p["verdict"] in ("good", "bad") else escape(p.get("why") or "")))
+    return t
+
+
+# --- triage --------------------------------------------------------------------------------
+
+
+def options_table(doc: dict) -> Table:
+    t = Table(title=f"session options · onnxruntime {doc['version']} · {target_label(doc['provenance'])}",
+              title_justify="left")
+    for col in ("level", "mode", "threads", "switch", "verdict", "note"):
+        t.add_column(col)
+    for c in doc["combos"]:
+        note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
+        if c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
+            note = f"{c['nan_rows']} NaN rows of {c['rows']}"
+        t.add_row(c["level"], c["mode"], c["threads"], c["switch"], verdict(c["verdict"]), escape(note))
+    return t
+
+
+def mitigation_table(doc: dict) -> Table:
+    t = Table(title=f"fp32 island · {doc['model']} · {target_label(doc['provenance'])}", title_justify="left")
+    for col, just in (("release", "left"), ("original", "left"), ("patched", "left"), ("fp32 ref", "left"),
+                      ("min cosine", "right"), ("max |diff|", "right")):
+        t.add_column(col, justify=just)
+    for row in doc["releases"]:
+        d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
+        cells = [row["version"], *(verdict(row[key]) for key in ("original", "patched", "reference"))]
+        cells.append(f"{d['min_cosine']:.8f}" if d.get("min_cosine") is not None else "-")
+        cells.append(f"{d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "-")
+        t.add_row(*cells)
+    return t
+
+
+# --- traces and diffs ----------------------------------------------------------------------
+
+
+def _fmt(x, spec=".5g") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _interesting(result: TraceResult) -> set[str]:
+    keep = set(result.above_50)
+    resid = {r["node"] for r in result.residual}
+    for n in result.nodes:
+        if n.name in resid or any(t.nonfinite for t in n.outputs if t.available) or any(t.source == "model" for t in n.outputs):
+            keep.update(t.name for t in n.outputs)
+    return keep
+
+
+def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
+    """Summary lines and one row per tensor (by default only the interesting ones:
+    residual adds, past 50 % of fp16, non-finite, model outputs)."""
+    keep = None if all_nodes else _interesting(result)
+    t = Table(title=f"trace onnxruntime {result.version} ({result.verdict}: {result.reason})", title_justify="left")
+    for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
+                      ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
+                      ("", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    shown = 0
+    for i, n in enumerate(result.nodes):
+        for ts in n.outputs:
+            if keep is not None and ts.name not in keep:
+                continue
+            shown += 1
+            p = n.precision
+            how = n.op_type
+            if p is not None:
+                how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
+            style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
+            mark = "" if ts.available else ts.note or "unavailable"
+            if ts.nonfinite and ts.visibility != "seen":
+                mark = "observed only"
+            t.add_row(str(i), n.name, how, ts.name, ts.dtype, _fmt(ts.min), _fmt(ts.max), _fmt(ts.max_abs),
+                      "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
+                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", mark, style=style)
+    lines = [f"first non-finite (seen by a consumer): {result.first_nonfinite or 'none'}"
+             + (f" ({result.first_nonfinite_tensor})" if result.first_nonfinite else ""),
+             f"first non-finite (any, incl. observed only): {result.first_nonfinite_any or 'none'}",
+             f"fp16 tensors past 50 %: {len(result.above_50)}, past 90 %: {len(result.above_90)}"]
+    if result.residual:
+        lines.append("residual max |x| per layer: " + ", ".join(
+            f"{r['layer']}:" + (("Inf" if r["visibility"] == "seen" else "Inf (observed only)") if r["nonfinite"]
+                                else _fmt(r["max_abs"], ".3g")) for r in result.residual))
+    if result.unavailable:
+        lines.append(f"warning: {len(result.unavailable)} tensors could not be exposed (first: {result.unavailable[0]}); "
+                     "the first non-finite may be among them")
+    if result.perturbed:
+        lines.append("warning: a clean pass changed the model's outputs (observer effect): 'seen' values are suspect")
+    if keep is not None:
+        lines.append(f"{shown} of {sum(len(n.outputs) for n in result.nodes)} tensors shown")
+    return Group(t, Text("\n".join(lines)))
+
+
+def diff_table(result: DiffResult) -> Group:
+    """Precision changes, first divergences, the explanation."""
+    t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
+    for col in ("node", "op", result.a, result.b):
+        t.add_column(col, overflow="fold")
+    for c in result.precision_changes:
+        t.add_row(c["node"], c["op_type"], describe(c["a"]), describe(c["b"]))
+    lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
+             f"({result.b_nan_rows} NaN rows of {result.rows})"]
+    for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
+                     ("first output beyond tolerance", result.first_divergent),
+                     ("first output not bit-identical", result.first_bits_differ)):
+        if d:
+            lines.append(f"{label}: {d['node']} ({d['tensor']})")
+    lines.append("")
+    lines.append(result.explanation)
+    return Group(t, Text("\n".join(lines)))

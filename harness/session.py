@@ -1,0 +1,69 @@
+"""The life of a search, written once: plan -> driver loop -> run document.
+
+`bisect run` and `sweep`, matrix cells, mitigation sweeps and the upstream
+report all search through `run_search`; the run document it returns is also
+kept in the run's store (cells/<key>.json), where the dashboard reads it.
+"""
+
+from __future__ import annotations
+
+import platform
+import resource
+import time
+from dataclasses import dataclass
+
+from harness import explain as explain_mod
+from harness.driver import Driver, Observer, RunOutcome
+from harness.history import RefreshStore
+from harness.plan import Plan
+from harness.summary import summary
+
+
+@dataclass
+class Search:
+    plan: Plan
+    outcome: RunOutcome
+    doc: dict
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, observer: Observer | None = None,
+               jobs: int = 1, prefetch: bool = True, refresh: bool = False, explain: bool = False,
+               cell_key: str | None = None, extra: dict | None = None, log=None) -> Search:
+    """Search the plan's releases (bisect, or every release with `sweep`) and keep the run document.
+
+    `refresh` probes every release again (new records are appended, none
+    deleted); `explain` traces the boundary pair; `extra` keys go into the
+    document (a matrix cell's description); `cell_key` names the document in
+    the store (default: mode and range).
+    """
+    started = time.perf_counter()
+    store = RefreshStore.since_now(plan.store.dir) if refresh else plan.store
+    driver = Driver(plan.runner, plan.releases, store, plan.job, plan.predicate, plan.reference,
+                    observer=observer, jobs=jobs, prefetch=prefetch)
+    outcome = driver.run(mode=mode, sweep=sweep)
+    doc = summary(outcome, mode, plan.store.run_id, sweep=sweep)
+    if explain and doc["status"] == "found":
+        lo, hi = plan.releases[outcome.step.lo].version, plan.releases[outcome.step.hi].version
+        doc["explanation"] = explain_mod.explanation(plan, lo, hi, log=log or (lambda msg: None))
+    doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                      "wall_s": round(time.perf_counter() - started, 3)}
+    doc["predicate"] = str(plan.predicate)
+    doc["refresh"] = refresh
+    doc["generated"] = _now()
+    doc["host"] = {"machine": platform.machine(), "node": platform.node()}
+    doc["cell"] = {"key": cell_key or f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}"}
+    doc.update(extra or {})
+    plan.store.save_summary(cell_key or doc["cell"]["key"], doc)
+    return Search(plan, outcome, doc)
+
+
+def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = None) -> dict[str, dict]:
+    """Judged records of `versions` (probed now unless the run already holds them)."""
+    wanted = [r for r in plan.releases if r.version in set(versions)]
+    outcome = Driver(plan.runner, wanted, plan.store, plan.job, plan.predicate, plan.reference,
+                     observer=observer, prefetch=False).run(sweep=True)
+    return outcome.records

@@ -1,0 +1,40 @@
+"""Words every part of the harness shares, defined once: architectures, session
+option values, where the cache and the results live by default.
+
+The probe worker keeps its own copy of the option enums (it imports nothing of
+the harness); `tests/test_vocabulary.py` checks the two agree.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ARCHS = ("x86_64", "aarch64")
+# Docker's and Apple's names for the same CPUs.
+ARCH_ALIASES = {"amd64": "x86_64", "arm64": "aarch64"}
+
+# Graph optimization levels, in order of how much the optimizer does, with onnxruntime's enum names.
+GRAPH_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "layout": "ORT_ENABLE_LAYOUT",  # only in releases that have it (1.23 on)
+    "all": "ORT_ENABLE_ALL",
+}
+EXEC_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+
+DEFAULT_RESULTS_DIR = Path("results")
+DEFAULT_TRACE_BUDGET_MB = 256  # bytes of exposed tensors per trace pass, above the model's own memory
+
+
+def canonical_arch(name: str) -> str:
+    """x86_64 or aarch64 for any of their names; anything else is returned as given, for the caller to refuse."""
+    name = name.strip()
+    return ARCH_ALIASES.get(name, name)
+
+
+def default_cache_dir() -> Path:
+    """Environments, the release listing and generated models: $XDG_CACHE_HOME/ortbisect."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "ortbisect"

@@ -1,0 +1,82 @@
+"""A runner that serves recorded probe outcomes through the runner interface.
+
+It installs nothing and starts no process: `prepare` and `run` answer from a
+table of outcomes, so the logic above the runner (driver, session, summary,
+report, history) is tested in milliseconds. Outcomes are either written by
+the test (`ok`, `nan`, `crash`, ...) or read back from a real run's
+probes.jsonl (`ReplayRunner.from_probes`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from harness.errors import EnvironmentSkip
+from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.versions import Release, Target
+
+
+def outputs(rows: int = 4, nan_rows: int = 0, inf_rows: int = 0, name: str = "y") -> dict:
+    """The worker's statistics of one output."""
+    return {"name": name, "dtype": "float16", "shape": [rows, 8], "sha256": f"{rows}-{nan_rows}-{inf_rows}",
+            "rows": rows, "nan_rows": nan_rows, "inf_rows": inf_rows, "zero_rows": 0, "nan": nan_rows, "inf": inf_rows,
+            "max_abs": 1.0, "min": -1.0, "max": 1.0}
+
+
+def ran(nan_rows: int = 0, rows: int = 4) -> ProcessOutcome:
+    return ProcessOutcome(0, None, False, 0.01, "", {"stage": "done", "outputs": [outputs(rows, nan_rows)]})
+
+
+def crash(signal: int = 9) -> ProcessOutcome:
+    return ProcessOutcome(None, signal, False, 0.01, "", {"stage": "run"})
+
+
+def error(message: str = "ValueError: no kernel") -> ProcessOutcome:
+    return ProcessOutcome(3, None, False, 0.01, "", {"stage": "session", "error": message})
+
+
+SKIP = "skip"  # an outcome that makes prepare() raise EnvironmentSkip
+
+
+class ReplayRunner(Runner):
+    backend = "replay"
+
+    def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None):
+        super().__init__(target or Target("x86_64", "3.11"), Path("/nonexistent-cache"))
+        self.outcomes = outcomes
+        self.calls: list[str] = []  # versions whose worker "ran", in order
+
+    @classmethod
+    def from_probes(cls, probes_jsonl: Path) -> "ReplayRunner":
+        """Replay a real run: each release answers as its newest record says."""
+        outcomes: dict[str, ProcessOutcome | str] = {}
+        for line in Path(probes_jsonl).read_text().splitlines():
+            rec = json.loads(line)
+            status = rec["status"]
+            if status == "skip":
+                outcomes[rec["version"]] = SKIP
+            elif status == "crash":
+                outcomes[rec["version"]] = crash()
+            elif status == "timeout":
+                outcomes[rec["version"]] = ProcessOutcome(None, 9, True, rec.get("seconds") or 1.0, "", None)
+            else:
+                outcomes[rec["version"]] = ProcessOutcome(0 if status == "ran" else 3, None, False,
+                                                          rec.get("seconds") or 0.0, "", rec.get("result"))
+        return cls(outcomes)
+
+    def prepare(self, release: Release) -> Environment:
+        outcome = self.outcomes.get(release.version)
+        if outcome is None or outcome == SKIP:
+            raise EnvironmentSkip(f"no recorded outcome for {release.version}")
+        return Environment(release.version, Path("/nonexistent-env"), False, 0.0)
+
+    def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
+        self.calls.append(env.version)
+        time.sleep(0)  # yield, as a real probe would, so parallel rounds interleave
+        return self.outcomes[env.version]
+
+
+def releases(*versions: str) -> list[Release]:
+    return [Release(v, [f"onnxruntime-{v}-cp311-cp311-manylinux_2_27_x86_64.whl"]) for v in versions]
