@@ -61,7 +61,7 @@ def sweep(**opts):
 @click.option("--json", "as_json", is_flag=True)
 def versions(from_, to, arch, python, cache_dir, offline, as_json):
     """The releases in a range, and whether each has a wheel for the target."""
-    from harness.runners.uv import uv_bin
+    from harness.uvtool import uv_bin
     from harness.versions import ReleaseIndex, Target, select_range
 
     target = Target(arch, python)

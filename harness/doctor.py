@@ -19,7 +19,7 @@ def _row(what: str, ok: bool, detail: str, fix: str = "") -> dict:
 def checks(cache_dir: Path) -> list[dict]:
     rows = [_row("native arch", True, f"{native_arch()} ({platform.platform()})")]
     try:
-        from harness.runners.uv import uv_bin
+        from harness.uvtool import uv_bin
 
         version = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True).stdout.strip()
         rows.append(_row("uv (backend uv)", True, version))

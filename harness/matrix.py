@@ -346,7 +346,7 @@ def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, off
     from harness.report import summary
 
     if listing is None:
-        from harness.runners.uv import uv_bin
+        from harness.uvtool import uv_bin
         from harness.versions import ReleaseIndex
 
         listing = ReleaseIndex(cache_dir, uv_bin(), offline).releases()

@@ -19,7 +19,7 @@ from harness.errors import UsageError
 from harness.probe import ProbeJob
 from harness.results import RunStore, run_id_for
 from harness.runners import Runner, make_runner
-from harness.runners.uv import uv_bin
+from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range
 

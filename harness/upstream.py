@@ -82,7 +82,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     key = manifest["key"]
     probed = sorted(recs, key=parse_version)
     spec = _spec(manifest, run_dir, cache_dir, offline, probed[0], probed[-1])
-    from harness.runners.uv import uv_bin
+    from harness.uvtool import uv_bin
     from harness.versions import ReleaseIndex, Target
 
     all_releases = ReleaseIndex(cache_dir, uv_bin(), offline).releases()

@@ -10,7 +10,7 @@ import pytest
 
 import builders
 from harness.runners import make_runner
-from harness.runners.uv import uv_bin
+from harness.uvtool import uv_bin
 from harness.trace import diff, headroom_chart, to_json, trace
 from harness.versions import ReleaseIndex, Target
 

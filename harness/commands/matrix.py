@@ -69,7 +69,7 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
     from harness.errors import EnvironmentSkip, UsageError
     from harness.matrix import load, resolve_range, run_cell, select
-    from harness.runners.uv import uv_bin
+    from harness.uvtool import uv_bin
     from harness.versions import ReleaseIndex
 
     m = load(matrix_file)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.runners.base import Environment, forget_build, locked_build
-from harness.runners.uv import NUMPY, require_wheel, uv
+from harness.runners.uv import NUMPY, require_wheel
+from harness.uvtool import uv
 from harness.versions import Release, Target
 
 
