@@ -8,7 +8,9 @@ import subprocess
 from pathlib import Path
 
 from harness.runners import native_arch
-from harness.runners import qemu_provision as qp
+from harness.runners.provision import qemu as qp
+from harness.runners.provision.binfmt import binfmt_status
+from harness.runners.provision.sysroot import SYSROOT_DIRNAME, sysroot_python
 from harness.runners.qemu import tools_dir
 
 
@@ -35,11 +37,11 @@ def checks(cache_dir: Path) -> list[dict]:
                          "(7.2 crashes onnxruntime >= 1.28)", "uv run bisect setup qemu"))
     else:
         rows.append(_row("qemu-aarch64", True, f"QEMU {q.version} at {q.path}"))
-    sysroot = tools / qp.SYSROOT_DIRNAME
-    have_sysroot = qp.sysroot_python(sysroot).exists()
+    sysroot = tools / SYSROOT_DIRNAME
+    have_sysroot = sysroot_python(sysroot).exists()
     rows.append(_row("arm64 sysroot", have_sysroot, str(sysroot) if have_sysroot else "absent", "uv run bisect setup qemu"))
 
-    b = qp.binfmt_status()
+    b = binfmt_status()
     if not b.get("mounted"):
         rows.append(_row("binfmt_misc", False, "not mounted (needed by arm64 containers only)",
                          "mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc"))

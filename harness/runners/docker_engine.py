@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal as _signal
 import subprocess
@@ -202,11 +201,11 @@ def engine_status() -> tuple[bool, str]:
 
 def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
     """The Debian archive URI the host's apt uses (read at run time, never hard-coded)."""
-    from harness.runners.qemu_provision import ProvisionError, read_host_sources
-    from harness.runners.qemu_provision import debian_mirror as host_archive
+    from harness.runners.provision import ProvisionError
+    from harness.runners.provision.debian import host_archive
 
     try:
-        return host_archive(read_host_sources(etc_apt))[0]
+        return host_archive(etc_apt)
     except ProvisionError as exc:
         raise DockerEngineError(str(exc)) from None
 
@@ -220,26 +219,6 @@ def _rootfs_key(arch: str) -> str:
         "version": _ROOTFS_RECIPE_VERSION,
     }
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _binfmt_aarch64_ok() -> tuple[bool, str]:
-    d = Path("/proc/sys/fs/binfmt_misc")
-    if not (d / "register").exists():
-        return False, "binfmt_misc is not mounted"
-    for entry in d.iterdir():
-        if entry.name in ("register", "status"):
-            continue
-        try:
-            text = entry.read_text()
-        except OSError:
-            continue
-        # aarch64 ELF: e_machine 0xb7 at offset 18
-        if "magic 7f454c460201010000000000000000000200b700" in text and text.startswith("enabled"):
-            flags = re.search(r"^flags: *(\S*)", text, re.M)
-            if flags and "F" in flags.group(1):
-                return True, f"{entry.name}: {text.splitlines()[1]}"
-            return False, f"{entry.name} is registered without flag F"
-    return False, "no binfmt_misc entry for aarch64"
 
 
 def _mounts_under(root: Path) -> list[str]:
@@ -304,7 +283,9 @@ def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = _noop_log) -> tu
         if arch != host_arch:
             if arch != "arm64":
                 raise DockerEngineError(f"cannot debootstrap {arch} on a {host_arch} host")
-            ok, why = _binfmt_aarch64_ok()
+            from harness.runners.provision.binfmt import aarch64_emulation
+
+            ok, why = aarch64_emulation()
             if not ok:
                 raise DockerEngineError(f"arm64 debootstrap needs qemu-aarch64 binfmt with flag F: {why} (run .ci/docker-engine.sh binfmt)")
 

@@ -2,7 +2,8 @@
 
 The release's aarch64 wheels come from a site directory resolved on the host
 (`sites`); QEMU >= 10 and an arm64 sysroot with CPython come from
-`qemu_provision`, set up on first use (or by `bisect setup qemu`). `--cpu`
+`provision.qemu` and `provision.sysroot`, set up on first use (or by
+`bisect setup qemu`). `--cpu`
 chooses the emulated CPU model, which decides the kernels onnxruntime picks.
 """
 
@@ -13,7 +14,9 @@ import sys
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.runners import qemu_provision as qp
+from harness.runners.provision import ProvisionError
+from harness.runners.provision import qemu as qp
+from harness.runners.provision.sysroot import setup_sysroot, sysroot_python
 from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, run_worker_process
 from harness.runners.sites import discard_site, prepare_site
 from harness.versions import Release
@@ -32,9 +35,9 @@ def provision(cache_dir: Path, log=None) -> tuple[qp.QemuBinary, Path]:
     try:
         found = qp.find_qemu(tools)
         qemu = found if found is not None and found.version >= qp.MIN_QEMU else qp.setup_qemu(tools, log=log)
-        sysroot = qp.setup_sysroot(tools, log=log)
+        sysroot = setup_sysroot(tools, log=log)
         return qp.check_qemu(qemu), sysroot
-    except qp.ProvisionError as exc:
+    except ProvisionError as exc:
         raise UsageError(str(exc)) from None
 
 
@@ -49,7 +52,7 @@ class QemuRunner(Runner):
         self.qemu, self.sysroot = provision(cache_dir)
         try:
             qp.check_cpu(self.qemu, self.cpu)
-        except qp.ProvisionError as exc:
+        except ProvisionError as exc:
             raise UsageError(str(exc)) from None
         if target.python != "3.11":
             raise UsageError(f"--backend qemu has CPython 3.11 in its sysroot, not {target.python}")
@@ -64,7 +67,7 @@ class QemuRunner(Runner):
         discard_site(env)
 
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
-        python = qp.sysroot_python(self.sysroot)
+        python = sysroot_python(self.sysroot)
         argv = qp.qemu_command(self.qemu, self.sysroot, self.cpu, [python, "-s", str(WORKER)])
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
         child_env.update(PYTHONPATH=str(env.path / "site"), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1")
