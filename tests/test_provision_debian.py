@@ -139,3 +139,11 @@ def test_debian_arch_names():
     assert [debian.debian_arch(a) for a in ("x86_64", "amd64", "aarch64", "ARM64")] == ["amd64", "amd64", "arm64", "arm64"]
     with pytest.raises(ValueError, match="sparc"):
         debian.debian_arch("sparc")
+
+
+def test_host_archive_is_read_from_host_apt_config():
+    try:
+        uri = debian.host_archive()
+    except ProvisionError as exc:
+        pytest.skip(f"not a Debian host: {exc}")
+    assert uri.startswith(("http://", "https://", "file:"))

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.runners import docker_engine as de
+from harness.runners.provision import ProvisionError
 from harness.runners import native_arch
 from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, read_result, write_request
 from harness.runners.sites import discard_site, prepare_site
@@ -40,7 +41,7 @@ class DockerRunner(Runner):
         try:
             self.image = de.ensure_image(self.client, target.arch, cache_dir,
                                          log=lambda msg: print(msg, file=sys.stderr))
-        except de.DockerEngineError as exc:
+        except (de.DockerEngineError, ProvisionError) as exc:
             raise UsageError(f"--backend docker: {exc}".splitlines()[0]) from None
         self.emulated = emulated
 

@@ -29,6 +29,10 @@ from harness.locking import file_lock
 
 Log = Callable[[str], None]
 
+#: The repository's script that installs and starts a private Docker engine and
+#: registers aarch64 binfmt emulation (as root). Not part of an installed wheel.
+ENGINE_SCRIPT = Path(__file__).resolve().parents[3] / ".ci" / "docker-engine.sh"
+
 
 def quiet(msg: str) -> None:
     """A log that drops every message."""
