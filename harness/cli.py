@@ -106,9 +106,9 @@ def setup():
 @store_options
 def setup_qemu(cache_dir, offline):
     """QEMU >= 10 (user mode) and an arm64 sysroot with CPython, into the cache (no host changes)."""
-    from harness.runners.qemu import provision
+    from harness.runners.qemu import setup_tools
 
-    qemu, sysroot = provision(cache_dir, log=lambda msg: err.print(escape(str(msg))))
+    qemu, sysroot = setup_tools(cache_dir, log=lambda msg: err.print(escape(str(msg))))
     out.print(f"qemu-aarch64 {qemu.version} at {qemu.path}")
     out.print(f"arm64 sysroot at {sysroot}")
 

@@ -18,7 +18,7 @@ from harness import models
 from harness.errors import UsageError
 from harness.probe import ProbeJob
 from harness.results import RunStore, run_id_for
-from harness.runners import Runner, make_runner
+from harness.runners import Log, Runner, make_runner, quiet
 from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range
@@ -80,7 +80,8 @@ def releases_in(spec: SearchSpec) -> list[Release]:
     return select_range(ReleaseIndex(spec.cache_dir, uv_bin(), spec.offline).releases(), spec.from_, spec.to)
 
 
-def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
+def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = quiet) -> Plan:
+    """Everything a search needs; the backend is provisioned here, once, before any probe (progress to `log`)."""
     predicate = parse_predicate(spec.bad_if)
     reference = None
     if predicate.needs_reference:
@@ -92,6 +93,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
     runner = make_runner(spec.backend, Target(spec.arch, spec.python), spec.cache_dir, spec.cpu)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
+    runner.provision(log)
     releases = releases_in(spec)
     pi = probe_inputs(spec.model, spec.inputs, spec.outputs, spec.cache_dir)
     key = {

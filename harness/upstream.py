@@ -95,7 +95,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     def get_plan(to: str):
         nonlocal plan
         if plan is None or plan.releases[-1].version != to:
-            plan = make_plan(__import__("dataclasses").replace(spec, to=to), command=["bisect", "report", str(run_dir)])
+            plan = make_plan(__import__("dataclasses").replace(spec, to=to), command=["bisect", "report", str(run_dir)],
+                             log=log)
         return plan
 
     # newest release: still present?

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from harness.errors import UsageError
 from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.runners.provision import Log, quiet
 from harness.versions import Target
 
 BACKENDS = ("auto", "uv", "qemu", "docker")
@@ -43,4 +44,4 @@ def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None =
     raise UsageError(f"--backend {backend}: unknown backend (choose from {', '.join(BACKENDS)})")
 
 
-__all__ = ["BACKENDS", "Environment", "ProcessOutcome", "Runner", "make_runner"]
+__all__ = ["BACKENDS", "Environment", "Log", "ProcessOutcome", "Runner", "make_runner", "quiet"]

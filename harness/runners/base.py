@@ -21,6 +21,7 @@ from pathlib import Path
 
 from harness.errors import EnvironmentSkip
 from harness.locking import file_lock
+from harness.runners.provision import Log, quiet
 from harness.versions import Release, Target
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
@@ -63,9 +64,13 @@ class ProcessOutcome:
 
 
 class Runner(ABC):
-    """Create/reuse release environments for one target and run the worker in them."""
+    """Create/reuse release environments for one target and run the worker in them.
 
-    #: provenance recorded with each probe (backend, arch, cpu, emulator/image...)
+    Constructing a runner only validates and stores what it was asked for;
+    whatever the backend needs on the host (an emulator, an image) is set up
+    by `provision`, which session code calls once before the first probe.
+    """
+
     def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
         self.target = target
         self.cache_dir = cache_dir
@@ -78,7 +83,11 @@ class Runner(ABC):
     #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
     supports_memory_limit = True
 
+    def provision(self, log: Log = quiet) -> None:
+        """Set up (or find) what this backend needs on the host; idempotent, progress through `log`."""
+
     def provenance(self) -> dict:
+        """What is recorded with each probe (backend, arch, cpu, emulator/image...); after `provision`."""
         return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu}
 
     @abstractmethod

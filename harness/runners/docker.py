@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 from harness.errors import UsageError
 from harness.runners import docker_engine as de
-from harness.runners.provision import ProvisionError
 from harness.runners import native_arch
 from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, read_result, write_request
+from harness.runners.provision import Log, ProvisionError, quiet
 from harness.runners.sites import discard_site, prepare_site
 from harness.versions import Release
 
@@ -34,19 +33,31 @@ class DockerRunner(Runner):
         if cpu and not emulated:
             raise UsageError("--cpu chooses an emulated CPU: a native container runs on the host's")
         super().__init__(target, cache_dir, cpu or (DEFAULT_EMULATED_CPU if emulated else None))
+        self.emulated = emulated
+        self.client = None
+        self.image: str | None = None
+
+    def provision(self, log: Log = quiet) -> None:
+        """An engine that answers, and the probe image for the arch, built if absent."""
+        if self.image is not None:
+            return
         ok, reason = de.engine_status()
         if not ok:
             raise UsageError(f"--backend docker: {reason} (see `bisect doctor`)")
-        self.client = de.client_from_env()
+        client = de.client_from_env()
         try:
-            self.image = de.ensure_image(self.client, target.arch, cache_dir,
-                                         log=lambda msg: print(msg, file=sys.stderr))
+            self.image = de.ensure_image(client, self.target.arch, self.cache_dir, log=log)
         except (de.DockerEngineError, ProvisionError) as exc:
             raise UsageError(f"--backend docker: {exc}".splitlines()[0]) from None
-        self.emulated = emulated
+        self.client = client
+
+    def _engine(self):
+        if self.image is None:
+            raise RuntimeError("the docker runner is used before provision()")
+        return self.client, self.image
 
     def provenance(self) -> dict:
-        return {**super().provenance(), "image": self.image}
+        return {**super().provenance(), "image": self._engine()[1]}
 
     def prepare(self, release: Release) -> Environment:
         return prepare_site(self.cache_dir, self.target, release)
@@ -69,7 +80,8 @@ class DockerRunner(Runner):
         child_env = {"PYTHONPATH": "/site", "PYTHONNOUSERSITE": "1"}
         if self.emulated:
             child_env["QEMU_CPU"] = self.cpu
-        res = de.run_container(self.client, self.image, ["python3", "-s", "/harness/worker.py", "/work/request.json"],
+        client, image = self._engine()
+        res = de.run_container(client, image, ["python3", "-s", "/harness/worker.py", "/work/request.json"],
                                mounts=mounts, env=child_env, platform=de.docker_platform(self.target.arch),
                                mem_limit=MEMORY_LIMIT, timeout=timeout)
         if request.get("outputs_path") and (workdir / "outputs.npz").exists():

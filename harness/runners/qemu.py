@@ -2,22 +2,21 @@
 
 The release's aarch64 wheels come from a site directory resolved on the host
 (`sites`); QEMU >= 10 and an arm64 sysroot with CPython come from
-`provision.qemu` and `provision.sysroot`, set up on first use (or by
-`bisect setup qemu`). `--cpu`
-chooses the emulated CPU model, which decides the kernels onnxruntime picks.
+`provision.qemu` and `provision.sysroot`, set up by `provision` before the
+first probe (or ahead of time by `bisect setup qemu`). `--cpu` chooses the
+emulated CPU model, which decides the kernels onnxruntime picks.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.runners.provision import ProvisionError
+from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, run_worker_process
+from harness.runners.provision import Log, ProvisionError, quiet
 from harness.runners.provision import qemu as qp
 from harness.runners.provision.sysroot import setup_sysroot, sysroot_python
-from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, run_worker_process
 from harness.runners.sites import discard_site, prepare_site
 from harness.versions import Release
 
@@ -28,9 +27,8 @@ def tools_dir(cache_dir: Path) -> Path:
     return cache_dir / "tools"
 
 
-def provision(cache_dir: Path, log=None) -> tuple[qp.QemuBinary, Path]:
+def setup_tools(cache_dir: Path, log: Log = quiet) -> tuple[qp.QemuBinary, Path]:
     """QEMU >= 10 and the arm64 sysroot, found or set up (idempotent, locked)."""
-    log = log or (lambda msg: print(msg, file=sys.stderr))
     tools = tools_dir(cache_dir)
     try:
         found = qp.find_qemu(tools)
@@ -48,17 +46,29 @@ class QemuRunner(Runner):
     def __init__(self, target, cache_dir, cpu=None):
         if target.arch != ARCH:
             raise UsageError(f"--backend qemu runs {ARCH} probes, not {target.arch}")
-        super().__init__(target, cache_dir, cpu or qp.DEFAULT_CPU)
-        self.qemu, self.sysroot = provision(cache_dir)
-        try:
-            qp.check_cpu(self.qemu, self.cpu)
-        except ProvisionError as exc:
-            raise UsageError(str(exc)) from None
         if target.python != "3.11":
             raise UsageError(f"--backend qemu has CPython 3.11 in its sysroot, not {target.python}")
+        super().__init__(target, cache_dir, cpu or qp.DEFAULT_CPU)
+        self.qemu: qp.QemuBinary | None = None
+        self.sysroot: Path | None = None
+
+    def provision(self, log: Log = quiet) -> None:
+        if self.qemu is not None:
+            return
+        qemu, sysroot = setup_tools(self.cache_dir, log)
+        try:
+            qp.check_cpu(qemu, self.cpu)  # the binary's own list is the authority
+        except ProvisionError as exc:
+            raise UsageError(str(exc)) from None
+        self.qemu, self.sysroot = qemu, sysroot
+
+    def _tools(self) -> tuple[qp.QemuBinary, Path]:
+        if self.qemu is None or self.sysroot is None:
+            raise RuntimeError("the qemu runner is used before provision()")
+        return self.qemu, self.sysroot
 
     def provenance(self) -> dict:
-        return {**super().provenance(), "qemu": str(self.qemu.version)}
+        return {**super().provenance(), "qemu": str(self._tools()[0].version)}
 
     def prepare(self, release: Release) -> Environment:
         return prepare_site(self.cache_dir, self.target, release)
@@ -67,8 +77,8 @@ class QemuRunner(Runner):
         discard_site(env)
 
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
-        python = sysroot_python(self.sysroot)
-        argv = qp.qemu_command(self.qemu, self.sysroot, self.cpu, [python, "-s", str(WORKER)])
+        qemu, sysroot = self._tools()
+        argv = qp.qemu_command(qemu, sysroot, self.cpu, [sysroot_python(sysroot), "-s", str(WORKER)])
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
         child_env.update(PYTHONPATH=str(env.path / "site"), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1")
         return run_worker_process(argv, request, workdir, timeout, env=child_env)
