@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip
-from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, forget_build, locked_build, run_worker_process
-from harness.uvtool import uv
+from harness.runners.base import (
+    WORKER, Check, Environment, ProcessOutcome, Runner, forget_build, locked_build, native_arch, run_worker_process,
+)
+from harness.uvtool import uv, uv_bin
 from harness.versions import Release
 
 NUMPY = "numpy"
@@ -20,6 +23,23 @@ def require_wheel(release: Release, target) -> None:
 
 class UvRunner(Runner):
     backend = "uv"
+    auto = True
+
+    @classmethod
+    def archs(cls) -> tuple[str, ...]:
+        return (native_arch(),)
+
+    @classmethod
+    def doctor(cls, cache_dir: Path) -> list[Check]:
+        try:
+            version = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True).stdout.strip()
+        except Exception as exc:  # any failure here is what the row reports
+            return [Check("uv (backend uv)", False, str(exc), "pip install uv")]
+        return [Check("uv (backend uv)", True, version)]
+
+    @classmethod
+    def describe(cls, provenance: dict, seen_cpu: str | None, version: str, script: str) -> dict:
+        return {"how": "native (uv environment)", "cpu_model": seen_cpu or "?", "reproduce": None}
 
     def env_dir(self, version: str) -> Path:
         return self.cache_dir / "envs" / f"{self.target.arch}-py{self.target.python}" / f"onnxruntime-{version}"

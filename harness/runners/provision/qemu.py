@@ -15,6 +15,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -176,14 +177,21 @@ def parse_cpu_help(text: str) -> list[str]:
     return cpus
 
 
+def cpu_problem(cpu: str, cpus: Iterable[str]) -> str | None:
+    """Why ``cpu`` is not one of ``cpus`` (one line, without naming ``cpu``), or None."""
+    cpus = list(cpus)
+    if cpu in cpus:
+        return None
+    return (f"not a CPU model of qemu-aarch64; choose one of: {', '.join(cpus)} "
+            "(neoverse-n1 has fp16 arithmetic, cortex-a72 has none, max adds SVE/SME)")
+
+
 def check_cpu(q: QemuBinary | None, cpu: str) -> str:
     """Return ``cpu`` if supported, else raise a one-line :class:`ProvisionError`."""
     cpus = list_cpus(q) if q is not None else list(KNOWN_CPUS)
-    if cpu not in cpus:
-        raise ProvisionError(
-            f"unknown --cpu {cpu!r} for qemu-aarch64; choose one of: {', '.join(cpus)} "
-            f"(neoverse-n1 has fp16 arithmetic, cortex-a72 has none, max adds SVE/SME)"
-        )
+    problem = cpu_problem(cpu, cpus)
+    if problem:
+        raise ProvisionError(f"unknown --cpu {cpu!r}: {problem}")
     return cpu
 
 
