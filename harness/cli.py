@@ -97,41 +97,6 @@ def list_models(cache_dir, offline, as_json):
     return 0
 
 
-@cli.group()
-def setup():
-    """Provision what a backend needs on this host."""
-
-
-@setup.command("qemu")
-@store_options
-def setup_qemu(cache_dir, offline):
-    """QEMU >= 10 (user mode) and an arm64 sysroot with CPython, into the cache (no host changes)."""
-    from harness.runners.qemu import setup_tools
-
-    qemu, sysroot = setup_tools(cache_dir, log=lambda msg: err.print(escape(str(msg))))
-    out.print(f"qemu-aarch64 {qemu.version} at {qemu.path}")
-    out.print(f"arm64 sysroot at {sysroot}")
-
-
-@cli.command()
-@store_options
-@click.option("--json", "as_json", is_flag=True)
-def doctor(cache_dir, offline, as_json):
-    """What backends work on this host, and how to fix what does not."""
-    from harness.doctor import checks
-
-    rows = checks(cache_dir)
-    if as_json:
-        out.print_json(json.dumps(rows))
-        return 0
-    for row in rows:
-        mark = "[green]ok[/]  " if row["ok"] else "[red]no[/]  "
-        out.print(f"{mark}{row['what']:<22} {escape(row['detail'])}")
-        if not row["ok"] and row.get("fix"):
-            out.print(f"      fix: {escape(row['fix'])}")
-    return 0
-
-
 class Progress:
     """One line per probe on stderr, with a spinner for the probes in flight."""
 
@@ -234,9 +199,9 @@ def _register_commands() -> None:
 
     cli.add_command(trace_command)
     cli.add_command(diff_command)
-    from harness.commands import dashboard, matrix, merge
+    from harness.commands import dashboard, doctor, matrix, merge, setup
 
-    for module in (matrix, merge, dashboard):
+    for module in (matrix, merge, dashboard, setup, doctor):
         cli.add_command(module.command)
     from harness.commands.triage import mitigate_command, options_command, repeat_command, report_command
 

@@ -1,0 +1,29 @@
+"""`bisect doctor`: what backends work on this host, and how to fix what does not."""
+
+from __future__ import annotations
+
+import json
+
+import click
+from rich.markup import escape
+
+from harness.options import out, store_options
+
+
+@click.command("doctor")
+@store_options
+@click.option("--json", "as_json", is_flag=True)
+def command(cache_dir, offline, as_json):
+    """What backends work on this host, and how to fix what does not."""
+    from harness.doctor import checks
+
+    rows = checks(cache_dir)
+    if as_json:
+        out.print_json(json.dumps(rows))
+        return 0
+    for row in rows:
+        mark = "[green]ok[/]  " if row["ok"] else "[red]no[/]  "
+        out.print(f"{mark}{row['what']:<22} {escape(row['detail'])}")
+        if not row["ok"] and row.get("fix"):
+            out.print(f"      fix: {escape(row['fix'])}")
+    return 0
