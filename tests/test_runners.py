@@ -6,6 +6,7 @@ from what each Runner class declares.
 
 from __future__ import annotations
 
+import ast
 import platform
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from harness import runners
 from harness.errors import UsageError
 from harness.versions import Target
 
+HARNESS = Path(__file__).resolve().parent.parent / "harness"
 NATIVE = platform.machine()
 FOREIGN = "aarch64" if NATIVE == "x86_64" else "x86_64"
 
@@ -90,3 +92,20 @@ def test_reports_describe_each_backend_and_how_to_reproduce_there():
     assert "'pip install onnxruntime==1.24.1 numpy && python repro.py'" in docker["reproduce"]
     unknown = runners.describe({"backend": "podman"}, None, "1.0", "repro.py")
     assert unknown["how"] == "backend podman" and unknown["reproduce"] is None
+
+
+def test_no_module_outside_the_runners_names_a_backend():
+    """A backend is known by name only under harness/runners/: elsewhere no string constant is one
+    (prose in docstrings and comments may mention them; ast sees only whole constants)."""
+    names = set(runners.REGISTRY)
+    allowed = {("uvtool.py", "uv")}  # the uv executable it looks up on PATH, not the backend
+    found = []
+    for path in sorted(HARNESS.rglob("*.py")):
+        rel = path.relative_to(HARNESS)
+        if rel.parts[0] == "runners":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Constant) and node.value in names and (str(rel), node.value) not in allowed:
+                found.append(f"{rel}:{node.lineno}: {node.value!r}")
+    assert not found, "backend names outside harness/runners/: " + ", ".join(found)
+    assert len(list(HARNESS.rglob("*.py"))) > 30  # the walk saw the package
