@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.runners.provision import ProvisionError
+from harness.runners.provision import Log, ProvisionError, step
 
 DEFAULT_KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 MIRROR_ENV = "ORTBISECT_DEBIAN_MIRROR"
@@ -290,6 +290,25 @@ def apt_lines(
         if security:
             lines.append(f"deb {opt}{security} {suite}-security main")
     return lines
+
+
+def updated_apt(tools_dir: Path, suite: str, arch: str, mirror: tuple[str, str | None, str | None], *,
+                with_updates: bool, log: Log, what: str) -> PrivateApt:
+    """A private apt for ``suite``/``arch`` under ``tools_dir/apt``, its lists fetched from ``mirror``.
+
+    ``mirror`` is :func:`debian_mirror`'s ``(archive, security, signed_by)``;
+    the security archive is used only ``with_updates``.
+    """
+    archive, security, signed = mirror
+    apt = PrivateApt(
+        tools_dir / "apt" / f"{suite}-{arch}",
+        arch,
+        apt_lines(archive, security, signed, suite, with_updates=with_updates),
+        check_valid_until="snapshot" not in archive,
+    )
+    with step(log, f"{what}: apt update ({suite} {arch} from {archive})"):
+        apt.update()
+    return apt
 
 
 # ---------------------------------------------------------------------------

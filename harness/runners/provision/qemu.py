@@ -22,9 +22,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.runners.provision import Log, ProvisionError, locked, quiet, step
-from harness.runners.provision.debian import (
-    PrivateApt, apt_lines, debian_mirror, drop_apt_state, extract_member, read_host_sources,
-)
+from harness.runners.provision.debian import debian_mirror, drop_apt_state, extract_member, read_host_sources, updated_apt
 
 MIN_QEMU = Version("10.0")
 
@@ -261,7 +259,7 @@ def setup_qemu(tools_dir: Path, log: Log = quiet) -> QemuBinary:
         return q
     try:
         require_debian_host()
-        archive, _security, signed = debian_mirror(read_host_sources())
+        mirror = debian_mirror(read_host_sources())
     except ProvisionError:
         on_path = find_qemu(None)
         if on_path is not None and on_path.version >= MIN_QEMU:
@@ -274,14 +272,7 @@ def setup_qemu(tools_dir: Path, log: Log = quiet) -> QemuBinary:
         if q is not None:
             log(f"qemu: reusing {q.path} (QEMU {q.version})")
             return q
-        apt = PrivateApt(
-            tools_dir / "apt" / f"{QEMU_SUITE}-amd64",
-            "amd64",
-            apt_lines(archive, None, signed, QEMU_SUITE, with_updates=False),
-            check_valid_until="snapshot" not in archive,
-        )
-        with step(log, f"qemu: apt update ({QEMU_SUITE} amd64 from {archive})"):
-            apt.update()
+        apt = updated_apt(tools_dir, QEMU_SUITE, "amd64", mirror, with_updates=False, log=log, what="qemu")
         target.parent.mkdir(parents=True, exist_ok=True)
         errors: list[str] = []
         with tempfile.TemporaryDirectory(prefix=".qemu-", dir=tools_dir) as tmp_s:

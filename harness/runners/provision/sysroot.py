@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from harness.runners.provision import Log, ProvisionError, locked, quiet, step
-from harness.runners.provision.debian import PrivateApt, apt_lines, debian_mirror, drop_apt_state, read_host_sources
+from harness.runners.provision.debian import debian_mirror, drop_apt_state, read_host_sources, updated_apt
 from harness.runners.provision.qemu import require_debian_host
 
 SYSROOT_SUITE = "bookworm"
@@ -88,20 +88,14 @@ def setup_sysroot(tools_dir: Path, log: Log = quiet) -> Path:
         log(f"sysroot: reusing {final}")
         return final
     require_debian_host()
-    archive, security, signed = debian_mirror(read_host_sources())
+    mirror = debian_mirror(read_host_sources())
+    archive = mirror[0]
 
     with locked(tools_dir, "sysroot", log):
         if _sysroot_ok(final):
             log(f"sysroot: reusing {final}")
             return final
-        apt = PrivateApt(
-            tools_dir / "apt" / f"{SYSROOT_SUITE}-arm64",
-            "arm64",
-            apt_lines(archive, security, signed, SYSROOT_SUITE, with_updates=True),
-            check_valid_until="snapshot" not in archive,
-        )
-        with step(log, f"sysroot: apt update ({SYSROOT_SUITE} arm64 from {archive})"):
-            apt.update()
+        apt = updated_apt(tools_dir, SYSROOT_SUITE, "arm64", mirror, with_updates=True, log=log, what="sysroot")
         with tempfile.TemporaryDirectory(prefix=".sysroot-", dir=tools_dir) as tmp_s:
             tmp = Path(tmp_s)
             debs_dir = tmp / "debs"
