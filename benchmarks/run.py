@@ -288,7 +288,8 @@ class Bench:
         self.bench_env_create()
 
     def bench_env_create(self):
-        from harness.runners.uv import UvRunner, uv_bin
+        from harness.runners.uv import UvRunner
+        from harness.uvtool import uv_bin
         from harness.versions import ReleaseIndex, Target
 
         release = next(r for r in ReleaseIndex(self.cache, uv_bin()).releases() if r.version == ENV_VERSION)

@@ -37,6 +37,7 @@ from packaging.version import InvalidVersion, Version
 from harness.errors import UsageError
 from harness.history import SIDE_DIRS, latest_by_version, read_manifest, run_dirs
 from harness.results import MANIFEST, PROBES, RunStore
+from harness.runners import PROVENANCE_KEYS
 
 DEFAULT_PREDICATE = "nan-or-inf"
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825", "error": "#8e24aa",
@@ -146,7 +147,7 @@ def collect(root: Path, warn=lambda msg: None) -> list[Row]:
             continue
         records = RunStore(d).records()
         key = man["key"]
-        prov = {k: key.get(k) for k in ("arch", "backend", "cpu", "python", "qemu", "image")}
+        prov = {k: key.get(k) for k in PROVENANCE_KEYS}
         options = key.get("session_options") or {}
         docs = _cell_docs(d)
         predicates = sorted({doc.get("predicate") or DEFAULT_PREDICATE for doc in docs}) or [DEFAULT_PREDICATE]

@@ -35,6 +35,9 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     execution_mode = "sequential"         # sequential | parallel
 
 Validation errors are harness.errors.UsageError (one line, exit status 2).
+Targets are checked by the rules `bisect run` applies on the machine that
+reads the file (harness.runners.check_target): e.g. `cpus` on a target that
+runs natively there is refused, as `--cpu` would be.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
 from harness.vocabulary import EXEC_MODES, GRAPH_LEVELS
+from harness.runners import AUTO, BACKENDS, check_target
 
 TOP_KEYS = {"description", "mode", "releases", "bad_if", "timeout", "python", "models", "targets", "options"}
 MODEL_KEYS = {"name", "path", "inputs", "outputs"}
@@ -58,7 +62,6 @@ RANGE_KEYS = {"since", "from", "to"}
 OPTION_KEYS = {"graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode"}
 MODES = ("bisect", "sweep")
 ARCHS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
-BACKENDS = ("auto", "uv", "qemu", "docker")
 # The GitHub-hosted runner that runs an arch natively (the nightly workflow's job matrix).
 RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
 
@@ -191,15 +194,17 @@ def _targets(path: Path, entries) -> list[tuple[str, str, str | None]]:
         arch = ARCHS.get(str(entry.get("arch", "")).strip())
         if arch is None:
             _fail(path, f"{where}: arch {entry.get('arch')!r} (choose from x86_64, aarch64)")
-        backend = entry.get("backend", "auto")
-        if backend not in BACKENDS:
+        backend = entry.get("backend", AUTO)
+        if not isinstance(backend, str):
             _fail(path, f"{where}: backend {backend!r} (choose from {', '.join(BACKENDS)})")
         if "cpu" in entry and "cpus" in entry:
             _fail(path, f"{where}: give 'cpu' or 'cpus', not both")
         cpus = _list_of(path, f"{where} cpus", entry.get("cpus", entry.get("cpu", [])), str) or [None]
-        if cpus != [None] and backend == "uv":
-            _fail(path, f"{where}: cpus choose an emulated CPU; use them with backend = \"qemu\" or \"docker\"")
         for cpu in cpus:
+            try:  # the rules `bisect run` applies, so a cell that loads is one that can run here
+                check_target(backend, arch, cpu, spell=lambda key, value: f"{key} {value!r}")
+            except UsageError as exc:
+                _fail(path, f"{where}: {exc}")
             out.append((arch, backend, cpu))
     return out
 
@@ -335,7 +340,7 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
 
 def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, offline: bool = False,
              refresh: bool = False, jobs: int = 1, observer=None, listing: list | None = None,
-             command: list[str] | None = None) -> CellOutcome:
+             command: list[str] | None = None, log=lambda msg: None) -> CellOutcome:
     """One cell, exactly as `bisect run` / `bisect sweep` would search it; returns its summary."""
     from harness.plan import make_plan, release_listing
     from harness.session import run_search
@@ -343,7 +348,7 @@ def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, off
     if listing is None:
         listing = release_listing(cache_dir, offline)
     first, last = resolve_range(cell.releases, listing)
-    plan = make_plan(spec_for(cell, first, last, cache_dir, results_dir, offline), command or sys.argv)
+    plan = make_plan(spec_for(cell, first, last, cache_dir, results_dir, offline), command or sys.argv, log)
     extra = {"cell": cell.as_json(),
              "matrix": {"name": matrix.name, "path": str(matrix.path), "description": matrix.description}}
     found = run_search(plan, sweep=cell.mode == "sweep", observer=observer, jobs=jobs, refresh=refresh,

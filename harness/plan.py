@@ -19,8 +19,8 @@ from harness import models
 from harness.errors import UsageError
 from harness.probe import ProbeJob
 from harness.results import RunStore, run_id_for
-from harness.runners import Runner, make_runner
-from harness.runners.uv import uv_bin
+from harness.runners import Log, Runner, make_runner, quiet
+from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range
 from harness.vocabulary import DEFAULT_RESULTS_DIR, canonical_arch, default_cache_dir
@@ -87,7 +87,8 @@ def releases_in(spec: SearchSpec) -> list[Release]:
     return select_range(release_listing(spec.cache_dir, spec.offline), spec.from_, spec.to)
 
 
-def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
+def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = quiet) -> Plan:
+    """Everything a search needs; the backend is provisioned here, once, before any probe (progress to `log`)."""
     predicate = parse_predicate(spec.bad_if)
     reference = None
     if predicate.needs_reference:
@@ -99,6 +100,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
+    runner.provision(log)
     releases = releases_in(spec)
     pi = probe_inputs(spec.model, spec.inputs, spec.outputs, spec.cache_dir)
     key = {
@@ -121,7 +123,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None) -> Plan:
     return Plan(runner, releases, store, job, predicate, reference, pi)
 
 
-def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None) -> Plan:
+def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None, log: Log = quiet) -> Plan:
     """The plan of one release (triage of a release already found), refusing one the index does not have.
 
     The ordinary run store of that release is opened, and removed again if
@@ -129,7 +131,7 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
     """
     if parse_predicate(spec.bad_if).needs_reference:
         raise UsageError(f"--bad-if {spec.bad_if}: needs a reference; use `bisect run` for that")
-    plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None), command)
+    plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None), command, log)
     if not plan.releases:
         raise UsageError(f"--version {version}: no such onnxruntime release in the index")
     plan.store.discard_if_unused()

@@ -79,7 +79,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     key = manifest["key"]
     probed = sorted(recs, key=parse_version)
     spec = _spec(manifest, run_dir, cache_dir, offline, probed[0], probed[-1])
-    from harness.runners.uv import uv_bin
+    from harness.uvtool import uv_bin
     from harness.versions import ReleaseIndex, Target
 
     all_releases = ReleaseIndex(cache_dir, uv_bin(), offline).releases()
@@ -92,7 +92,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     def get_plan(to: str):
         nonlocal plan
         if plan is None or plan.releases[-1].version != to:
-            plan = make_plan(dataclasses.replace(spec, to=to), command=["bisect", "report", str(run_dir)])
+            plan = make_plan(dataclasses.replace(spec, to=to), command=["bisect", "report", str(run_dir)], log=log)
         return plan
 
     # newest release: still present?
@@ -128,7 +128,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     repeats = find_summaries(run_dir.parent, "repeat", match)
     mitigation = store.document(MITIGATION)
 
-    env = environment(recs, key, first_bad or probed[-1])
+    repro = write_repro(store, manifest, key, predicate, embed_limit)
+    env = environment(recs, key, first_bad or probed[-1], SCRIPT + ("" if repro["model_embedded"] else " model.onnx"))
     doc = {
         "run_id": run_dir.name,
         "run_dir": str(run_dir),
@@ -155,36 +156,31 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
                                                        "worst_cosine", "worst_max_abs")}
                        | {"patched_model": mitigation["patched"]["path"]}) if mitigation else None,
     }
-    doc["repro"] = write_repro(store, manifest, key, predicate, embed_limit)
+    doc["repro"] = repro
     return doc
 
 
-def environment(recs: dict[str, dict], key: dict, version: str) -> dict:
+def environment(recs: dict[str, dict], key: dict, version: str, script: str = SCRIPT) -> dict:
+    """The platform a probe of `version` ran on, and how to run `script` there again."""
+    from harness.runners import describe
+
     rec = recs.get(version) or next(iter(recs.values()))
     res = rec.get("result") or {}
-    prov = rec.get("provenance") or {}
+    prov = {"backend": key.get("backend"), **(rec.get("provenance") or {})}
     cpu = res.get("cpu") or {}
     ort = res.get("onnxruntime") or {}
-    backend = prov.get("backend", key.get("backend"))
-    if backend == "qemu":
-        how = f"QEMU {prov.get('qemu', '?')} user mode, emulated CPU {prov.get('cpu') or 'default'}"
-    elif backend == "docker":
-        how = f"container {prov.get('image', '?')}" + (f", emulated CPU {prov['cpu']}" if prov.get("cpu") else "")
-    else:
-        how = "native (uv environment)"
-    model_name = prov.get("cpu") if backend == "qemu" and prov.get("cpu") else cpu.get("model") or "?"
-    if backend == "qemu" and cpu.get("model"):
-        model_name += f" (/proc/cpuinfo under emulation says {cpu['model']})"
+    ran = describe(prov, cpu.get("model"), version, script)
     return {
         "os": res.get("platform", "?"),
         "arch": prov.get("arch", key.get("arch")),
-        "cpu_model": model_name,
+        "cpu_model": ran["cpu_model"],
         "cpu_flags": cpu.get("flags") or [],
         # the CPU's fp16 vector-arithmetic flag: what onnxruntime's aarch64 kernels key on
         "fp16_flag": next((f for f in ("asimdhp", "avx512_fp16") if f in (cpu.get("flags") or [])), None),
         "python": res.get("python", "?"),
         "numpy": res.get("numpy", "?"),
-        "backend": how,
+        "backend": ran["how"],
+        "reproduce": ran["reproduce"],
         "execution_provider": "CPUExecutionProvider",
         "build_info": ort.get("build_info", ""),
         "seen_in": version,
@@ -335,8 +331,10 @@ def markdown(doc: dict) -> str:
            f"; the script reads it from `{doc['repro']['model']}` or from the path given as its argument."),
           "The batch is embedded in the script (base64 .npz). Only onnxruntime and numpy are needed:", "",
           "```", f"pip install onnxruntime=={fb or doc['probes'][-1]['version']} numpy", f"python {SCRIPT}" +
-          ("" if doc["repro"]["model_embedded"] else " model.onnx"), "```", "",
-          "<details><summary>repro.py</summary>", "", "```python", doc["repro"]["script"].rstrip(), "```", "",
+          ("" if doc["repro"]["model_embedded"] else " model.onnx"), "```", ""]
+    if env.get("reproduce"):
+        L += [f"On the platform where ortbisect saw it ({env['backend']}):", "", "```", env["reproduce"], "```", ""]
+    L += ["<details><summary>repro.py</summary>", "", "```python", doc["repro"]["script"].rstrip(), "```", "",
           "</details>", ""]
     L += ["### System information", "", "| | |", "|---|---|"]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),

@@ -43,6 +43,10 @@ SKIP = "skip"  # an outcome that makes prepare() raise EnvironmentSkip
 class ReplayRunner(Runner):
     backend = "replay"
 
+    @classmethod
+    def archs(cls) -> tuple[str, ...]:
+        return ("x86_64", "aarch64")
+
     def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None):
         super().__init__(target or Target("x86_64", "3.11"), Path("/nonexistent-cache"))
         self.outcomes = outcomes

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from harness import inputs, models
-from harness.runners.uv import uv_bin
+from harness.uvtool import uv_bin
 from harness.versions import ReleaseIndex
 
 pytestmark = pytest.mark.release

@@ -113,6 +113,25 @@ def test_bad_matrix_is_one_line_exit_2(tiny, edit, message):
     assert message in line, line
 
 
+NATIVE = platform.machine()
+FOREIGN = "aarch64" if NATIVE == "x86_64" else "x86_64"
+
+
+@pytest.mark.parametrize("target, message", [
+    (f'arch = "{NATIVE}"\ncpus = ["neoverse-n1"]', f"cpu 'neoverse-n1': {NATIVE} probes run on this host's own CPU"),
+    (f'arch = "{NATIVE}"\nbackend = "podman"', "backend 'podman': unknown backend (choose from auto, "),
+    (f'arch = "{FOREIGN}"\nbackend = "uv"', f"backend 'uv' runs {NATIVE} probes, not {FOREIGN}"),
+    ('arch = "aarch64"\nbackend = "qemu"\ncpus = ["graviton"]', "cpu 'graviton': not a CPU model of qemu-aarch64"),
+], ids=["cpus-native", "unknown-backend", "foreign-uv", "unknown-cpu"])
+def test_targets_are_checked_by_the_rules_of_run(tiny, target, message):
+    path = tiny / "target.toml"
+    path.write_text(f'releases = {{ since = "1.19.0" }}\n[[models]]\npath = "residual_norm.onnx"\n'
+                    f'inputs = "batch.npz"\n[[targets]]\n{target}\n')
+    with pytest.raises(UsageError, match="target.toml: \\[\\[targets\\]\\] #1: ") as err:
+        matrix.load(path)
+    assert message in str(err.value)
+
+
 def test_empty_range_is_refused(tiny, tmp_path):
     path = write_matrix(tiny, "empty", releases='{ from = "1.24.1", to = "1.23.2" }')
     assert "empty range" in one_line_error(ob("matrix", "cells", path))

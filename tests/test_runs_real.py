@@ -17,7 +17,8 @@ from gates import WorkerGate, wait_for
 from harness.driver import Driver
 from harness.probe import ProbeJob
 from harness.results import RunStore
-from harness.runners.uv import UvRunner, uv_bin
+from harness.runners.uv import UvRunner
+from harness.uvtool import uv_bin
 from harness.verdicts import parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range
 

@@ -10,7 +10,7 @@ import pytest
 
 import builders
 from harness.runners import make_runner
-from harness.runners.uv import uv_bin
+from harness.uvtool import uv_bin
 from harness.charts import headroom_chart
 from harness.diff import diff
 from harness.trace import to_json, trace
@@ -132,6 +132,7 @@ def test_headroom_chart_of_real_traces(norm_traces, tmp_path):
 def test_diff_aarch64_names_overflowing_residual_add(cache_dir, releases, tmp_path):
     """aarch64 with fp16 arithmetic (neoverse-n1): Add runs natively in fp16 from 1.24.1."""
     runner = make_runner("qemu", Target("aarch64", "3.11"), cache_dir, "neoverse-n1")
+    runner.provision()
     model = builders.save(builders.residual_overflow_model(), tmp_path / "overflow.onnx")
     np.savez(tmp_path / "batch.npz", **builders.residual_norm_inputs())
     a, b = (trace(runner, releases[v], model, tmp_path / "batch.npz", tmp_path / v) for v in ("1.23.2", "1.24.1"))

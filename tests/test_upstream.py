@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import builders
-from harness.runners.uv import uv_bin
+from harness.uvtool import uv_bin
 
 
 def fresh_env(tmp: Path, version: str) -> Path:

@@ -7,12 +7,12 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import json_option, out, store_options
+from harness.commands.common import out, store_options
 
 
 @click.command("doctor")
 @store_options
-@json_option
+@click.option("--json", "as_json", is_flag=True)
 def command(cache_dir, offline, as_json):
     """What backends work on this host, and how to fix what does not."""
     from harness.doctor import checks

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import err, jobs_option, out, results_dir_option, store_options
+from harness.commands.common import err, jobs_option, log_to_stderr, out, results_dir_option, store_options
 
 
 @click.group("matrix")
@@ -63,7 +63,8 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
         err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
-                           observer=ProbeLines(err, f"  [{c.index}]", spinner=False), listing=listing, command=sys.argv)
+                           observer=ProbeLines(err, f"  [{c.index}]", spinner=False),
+                           log=log_to_stderr, listing=listing, command=sys.argv)
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise

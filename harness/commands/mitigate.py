@@ -32,7 +32,7 @@ def command(nodes, reference_model, hot, jobs, as_json, **opts):
     from harness.render import mitigation_table
 
     spec = search_spec(opts)
-    plan = make_plan(spec)
+    plan = make_plan(spec, log=log_to_stderr)
     log = (lambda msg: None) if as_json else log_to_stderr
     try:
         doc = mitigate.check(plan, spec, reference=reference_model, nodes=nodes, hot=hot, jobs=jobs, log=log)

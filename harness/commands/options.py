@@ -7,7 +7,7 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, jobs_option, model_options, out, search_spec, store_options,
+from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, out, search_spec, store_options,
                                      target_options, triage_options)
 from harness.errors import UsageError
 
@@ -44,7 +44,7 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     th = [t.strip() for t in threads_.split(",") if t.strip()]
     if not th or any(t != "all" and not t.isdigit() for t in th):
         raise UsageError(f"--threads {threads_!r}: give 1, all or numbers, comma separated")
-    plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version)
+    plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)
 
     def show(combo, rec, reused):
         if not as_json:

@@ -7,7 +7,7 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, graph_opt_option, model_options, out, search_spec, store_options,
+from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, out, search_spec, store_options,
                                      target_options, triage_options)
 
 
@@ -25,7 +25,7 @@ def command(version, n, as_json, **opts):
     from harness import triage
     from harness.plan import plan_for_release
 
-    plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version)
+    plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)
 
     def show(i, rec):
         if not as_json:

@@ -51,7 +51,7 @@ def _search_one(opts: dict, sweep: bool) -> dict | None:
     from harness.render import ProbeLines, run_table
     from harness.session import run_search
 
-    plan = make_plan(search_spec(opts))
+    plan = make_plan(search_spec(opts), log=log_to_stderr)
     with ProbeLines(err) as progress:
         try:
             found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,

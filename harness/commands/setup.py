@@ -1,10 +1,16 @@
-"""`bisect setup BACKEND`: provision what a backend needs on this host."""
+"""`bisect setup <backend>`: provision ahead of time what a backend would set up before its first probe.
+
+One subcommand per backend that declares a setup step (harness.runners.setups),
+so a new backend brings its own without an edit here.
+"""
 
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from harness.commands.common import log_to_stderr, out, store_options
+from harness.runners import Runner, setups
 
 
 @click.group("setup")
@@ -12,12 +18,16 @@ def command():
     """Provision what a backend needs on this host."""
 
 
-@command.command("qemu")
-@store_options
-def setup_qemu(cache_dir, offline):
-    """QEMU >= 10 (user mode) and an arm64 sysroot with CPython, into the cache (no host changes)."""
-    from harness.runners.qemu import provision
+def _subcommand(name: str, backend: type[Runner]) -> click.Command:
+    @click.command(name, help=backend.setup_help)
+    @store_options
+    def setup_one(cache_dir, offline):
+        for line in backend.setup(cache_dir, log=log_to_stderr):
+            out.print(escape(line))
+        return 0
 
-    qemu, sysroot = provision(cache_dir, log=log_to_stderr)
-    out.print(f"qemu-aarch64 {qemu.version} at {qemu.path}")
-    out.print(f"arm64 sysroot at {sysroot}")
+    return setup_one
+
+
+for _name, _backend in setups().items():
+    command.add_command(_subcommand(_name, _backend))

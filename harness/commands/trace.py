@@ -26,7 +26,7 @@ def plan_over(opts: dict, versions: list[str]):
     from harness.versions import parse_version
 
     ordered = sorted(versions, key=parse_version)
-    return make_plan(search_spec({**opts, "from_": ordered[0], "to": ordered[-1]}))
+    return make_plan(search_spec({**opts, "from_": ordered[0], "to": ordered[-1]}), log=log_to_stderr)
 
 
 @click.command("trace")

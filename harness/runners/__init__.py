@@ -1,46 +1,99 @@
-"""Backends that run the probe worker: pick one by name, use it through `Runner`."""
+"""Backends that run the probe worker: a registry of Runner classes, used through `Runner`.
+
+Each backend's module declares on its Runner class what it serves (archs,
+CPU models), what it records, how `bisect doctor` checks it, whether
+`bisect setup <backend>` provisions it and how a report describes a run of
+it (harness.runners.base). The functions here answer from those
+declarations, so nothing outside this package names a backend.
+"""
 
 from __future__ import annotations
 
-import platform
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.runners.base import Check, Environment, ProcessOutcome, Runner, native_arch
+from harness.runners.docker import DockerRunner
+from harness.runners.provision import Log, quiet
+from harness.runners.qemu import QemuRunner
+from harness.runners.uv import UvRunner
 from harness.versions import Target
 
-BACKENDS = ("auto", "uv", "qemu", "docker")
+#: every backend by name, in the order `auto` considers them
+REGISTRY: dict[str, type[Runner]] = {cls.backend: cls for cls in (UvRunner, QemuRunner, DockerRunner)}
+AUTO = "auto"
+BACKENDS = (AUTO, *REGISTRY)
+#: the provenance keys that tell targets apart (the common ones, then each backend's own)
+PROVENANCE_KEYS = (*Runner.provenance_keys, *(k for cls in REGISTRY.values() for k in cls.provenance_extra))
 
 
-def native_arch() -> str:
-    return platform.machine()
+def flag(key: str, value: str) -> str:
+    """How the command line spells what the user typed: `--arch sparc`."""
+    return f"--{key} {value}"
 
 
-def choose_backend(arch: str) -> str:
-    """`auto`: native probes run in uv environments, foreign ones under QEMU."""
-    return "uv" if arch == native_arch() else "qemu"
+def _spell_backends(names: list[str], spell: Callable[[str, str], str]) -> str:
+    return " or ".join(spell("backend", n) for n in names)
+
+
+def check_target(backend: str, arch: str, cpu: str | None = None,
+                 spell: Callable[[str, str], str] = flag) -> str:
+    """The backend that runs `arch` probes, on the emulated CPU model `cpu` if one is given.
+
+    The one place for "this backend does not serve that arch" and "--cpu is
+    only for a backend that emulates": a UsageError blames only what the user
+    typed, spelt by `spell(key, value)` (a flag by default; a matrix passes
+    its own), never a backend that `auto` picked. Cheap: nothing is provisioned.
+    """
+    serving = [n for n, c in REGISTRY.items() if c.serves(arch)]
+    if backend == AUTO:
+        cls = next((c for c in REGISTRY.values() if c.auto and c.serves(arch)), None)
+        if cls is None:
+            if serving:
+                raise UsageError(f"{spell('arch', arch)}: {arch} probes need {_spell_backends(serving, spell)} here")
+            served = "; ".join(f"{n}: {', '.join(c.archs())}" for n, c in REGISTRY.items())
+            raise UsageError(f"{spell('arch', arch)}: no backend runs {arch} probes ({served})")
+    else:
+        cls = REGISTRY.get(backend)
+        if cls is None:
+            raise UsageError(f"{spell('backend', backend)}: unknown backend (choose from {', '.join(BACKENDS)})")
+        if not cls.serves(arch):
+            hint = f"; for {arch} use {_spell_backends(serving, spell)}" if serving else ""
+            raise UsageError(f"{spell('backend', backend)} runs {', '.join(cls.archs())} probes, not {arch}{hint}")
+    if cpu:
+        if not cls.emulates(arch):
+            who = f"{spell('backend', backend)} runs {arch} probes" if backend != AUTO else f"{arch} probes run"
+            emulators = [n for n in serving if REGISTRY[n].emulates(arch)]
+            hint = f" (to emulate one: {_spell_backends(emulators, spell)})" if emulators else ""
+            raise UsageError(f"{spell('cpu', cpu)}: {who} on this host's own CPU, there is no CPU model to choose{hint}")
+        problem = cls.cpu_problem(cpu)
+        if problem:
+            raise UsageError(f"{spell('cpu', cpu)}: {problem}")
+    return cls.backend
 
 
 def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None = None) -> Runner:
-    if backend == "auto":
-        backend = choose_backend(target.arch)
-    if backend == "uv":
-        from harness.runners.uv import UvRunner
-
-        if target.arch != native_arch():
-            raise UsageError(f"--backend uv runs {native_arch()} probes only; for {target.arch} use --backend qemu")
-        if cpu:
-            raise UsageError("--cpu chooses an emulated CPU: use it with --backend qemu")
-        return UvRunner(target, cache_dir, cpu)
-    if backend == "qemu":
-        from harness.runners.qemu import QemuRunner
-
-        return QemuRunner(target, cache_dir, cpu)
-    if backend == "docker":
-        from harness.runners.docker import DockerRunner
-
-        return DockerRunner(target, cache_dir, cpu)
-    raise UsageError(f"--backend {backend}: unknown backend (choose from {', '.join(BACKENDS)})")
+    """A runner for `target`, checked but not provisioned: call its `provision` before the first probe."""
+    return REGISTRY[check_target(backend, target.arch, cpu)](target, cache_dir, cpu)
 
 
-__all__ = ["BACKENDS", "Environment", "ProcessOutcome", "Runner", "make_runner"]
+def describe(provenance: dict, seen_cpu: str | None, version: str, script: str) -> dict:
+    """How a probe with this provenance ran: {"how", "cpu_model", "reproduce"} (see Runner.describe)."""
+    return REGISTRY.get(provenance.get("backend"), Runner).describe(provenance, seen_cpu, version, script)
+
+
+def doctor_checks(cache_dir: Path) -> list[Check]:
+    """Every backend's checks of this host, in registry order."""
+    return [check for cls in REGISTRY.values() for check in cls.doctor(cache_dir)]
+
+
+def setups() -> dict[str, type[Runner]]:
+    """The backends that can be provisioned ahead of time (`bisect setup <name>`)."""
+    return {name: cls for name, cls in REGISTRY.items() if cls.setup_help}
+
+
+__all__ = [
+    "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "ProcessOutcome", "Runner",
+    "check_target", "describe", "doctor_checks", "flag", "make_runner", "native_arch", "quiet", "setups",
+]

@@ -3,6 +3,12 @@
 A runner makes (or reuses) the environment of one release for its target and
 runs the probe worker in it. Everything above this layer (search, results,
 report) sees only `Runner` and `ProcessOutcome`, never a backend's name.
+
+A Runner class also declares what the rest of the harness may ask about its
+backend without making one: the archs it serves, whether `--cpu` applies and
+which CPU models it knows, its provenance keys, its `bisect doctor` checks,
+its `bisect setup` step and how a report describes a run of it. The registry
+(harness.runners) answers from these declarations.
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import platform
+import shlex
 import shutil
 import signal
 import subprocess
@@ -18,9 +26,11 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from harness.errors import EnvironmentSkip
 from harness.locking import file_lock
+from harness.runners.provision import Log, quiet
 from harness.versions import Release, Target
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
@@ -62,23 +72,92 @@ class ProcessOutcome:
     out_of_memory: bool = False
 
 
-class Runner(ABC):
-    """Create/reuse release environments for one target and run the worker in them."""
+def native_arch() -> str:
+    return platform.machine()
 
-    #: provenance recorded with each probe (backend, arch, cpu, emulator/image...)
+
+@dataclass(frozen=True)
+class Check:
+    """One row of `bisect doctor`: what was checked, whether it is fine, and the command that fixes it."""
+
+    what: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+class Runner(ABC):
+    """Create/reuse release environments for one target and run the worker in them.
+
+    Constructing a runner only validates and stores what it was asked for;
+    whatever the backend needs on the host (an emulator, an image) is set up
+    by `provision`, which session code calls once before the first probe.
+    """
+
+    #: the backend's name, as --backend takes it
+    backend: ClassVar[str]
+    #: whether --backend auto may pick it for an arch it serves (the first in registry order wins)
+    auto: ClassVar[bool] = False
+    #: CPU models --cpu may name, where the backend emulates the arch
+    cpus: ClassVar[tuple[str, ...]] = ()
+    #: provenance keys every backend records, then the ones this backend adds
+    provenance_keys: ClassVar[tuple[str, ...]] = ("arch", "backend", "cpu", "python")
+    provenance_extra: ClassVar[tuple[str, ...]] = ()
+    #: what `bisect setup <backend>` provisions ahead of time; None: the backend has no such step
+    setup_help: ClassVar[str | None] = None
+    #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
+    supports_memory_limit = True
+
     def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
         self.target = target
         self.cache_dir = cache_dir
         self.cpu = cpu
 
-    @property
+    @classmethod
     @abstractmethod
-    def backend(self) -> str: ...
+    def archs(cls) -> tuple[str, ...]:
+        """The archs this backend runs probes for, on this host."""
 
-    #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
-    supports_memory_limit = True
+    @classmethod
+    def serves(cls, arch: str) -> bool:
+        return arch in cls.archs()
+
+    @classmethod
+    def emulates(cls, arch: str) -> bool:
+        """Whether `arch` probes run on an emulated CPU (so --cpu chooses its model)."""
+        return False
+
+    @classmethod
+    def cpu_problem(cls, cpu: str) -> str | None:
+        """Why `cpu` is not a model this backend emulates, or None; cheap (nothing is provisioned)."""
+        return None if cpu in cls.cpus else f"not a CPU model of {cls.backend} (choose one of: {', '.join(cls.cpus)})"
+
+    @classmethod
+    def doctor(cls, cache_dir: Path) -> list[Check]:
+        """What this backend needs on the host, checked without changing anything."""
+        return []
+
+    @classmethod
+    def setup(cls, cache_dir: Path, log: Log = quiet) -> list[str]:
+        """Provision ahead of time what `provision` would (only with `setup_help`); lines saying what is ready."""
+        raise NotImplementedError(f"{cls.backend} has no setup step")
+
+    @classmethod
+    def setup_command(cls, cache_dir: Path) -> str:
+        """The `bisect setup` command line for this backend and the user's cache."""
+        return f"uv run bisect setup {cls.backend} --cache-dir {shlex.quote(str(cache_dir))}"
+
+    @classmethod
+    def describe(cls, provenance: dict, seen_cpu: str | None, version: str, script: str) -> dict:
+        """How a probe ran, for a report: "how" it ran, the "cpu_model" to name, and how to
+        "reproduce" it on that platform with `script` and onnxruntime `version` (None: plain pip)."""
+        return {"how": f"backend {provenance.get('backend') or '?'}", "cpu_model": seen_cpu or "?", "reproduce": None}
+
+    def provision(self, log: Log = quiet) -> None:
+        """Set up (or find) what this backend needs on the host; idempotent, progress through `log`."""
 
     def provenance(self) -> dict:
+        """What is recorded with each probe (backend, arch, cpu, emulator/image...); after `provision`."""
         return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu}
 
     @abstractmethod

@@ -3,8 +3,9 @@
 * :func:`engine_status` - is an engine reachable through ``DOCKER_HOST``?
 * :func:`ensure_image` - the probe image ``ortbisect/probe:<arch>`` for
   ``amd64`` or ``arm64``, built locally (no registry needed): a debootstrap
-  root filesystem with CPython 3.11 becomes ``ortbisect/bookworm-python:<arch>``,
-  then ``dockerfiles/python-slim.Dockerfile`` is built on top of it.
+  root filesystem with CPython 3.11 (``provision.rootfs``) becomes
+  ``ortbisect/bookworm-python:<arch>``, then
+  ``dockerfiles/python-slim.Dockerfile`` is built on top of it.
 * :func:`run_container` - run one command in a throw-away container with the
   network disabled, a memory limit and a timeout; the container is always
   removed.
@@ -15,23 +16,25 @@ is not part of any image: it is bind-mounted read-only at run time and put on
 
 Building the base images needs root on the host (debootstrap), and for arm64
 a binfmt_misc registration of qemu-aarch64 with flag F
-(``.ci/docker-engine.sh binfmt`` does it). The ``docker`` Python SDK
+(``.ci/docker-engine.sh binfmt`` does it; see ``provision.binfmt``). The ``docker`` Python SDK
 (``docker>=7``) is imported lazily so that this module imports without it.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import re
 import shutil
 import signal as _signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Mapping, NamedTuple
+
+from harness.runners.provision import Log, quiet
+from harness.runners.provision.debian import debian_arch
+from harness.runners.provision.rootfs import SUITE as ROOTFS_SUITE
+from harness.runners.provision.rootfs import rootfs_key, rootfs_tarball
 
 if TYPE_CHECKING:  # pragma: no cover
     import docker
@@ -44,29 +47,21 @@ __all__ = [
     "DockerEngineError",
     "base_image_tag",
     "client_from_env",
-    "debian_mirror",
     "default_cache_dir",
     "docker_platform",
     "engine_status",
     "ensure_base_image",
     "ensure_image",
     "image_provenance",
-    "normalize_arch",
     "probe_image_tag",
-    "rootfs_tarball",
     "run_container",
 ]
-
-Log = Callable[[str], None]
 
 BASE_IMAGE_REPO = "ortbisect/bookworm-python"
 PROBE_IMAGE_REPO = "ortbisect/probe"
 ARCHES = ("amd64", "arm64")
 
-SUITE = "bookworm"
-DEBOOTSTRAP_INCLUDE = ("python3.11-minimal", "libpython3.11-stdlib", "libgomp1", "libstdc++6")
-# Bump when the rootfs post-processing or the base image's Dockerfile changes.
-_ROOTFS_RECIPE_VERSION = 1
+# Part of the base image's recipe: a change needs rootfs.RECIPE_VERSION bumped.
 _BASE_DOCKERFILE = """\
 FROM scratch
 ADD rootfs.tar /
@@ -79,13 +74,6 @@ LABEL_ROLE = "org.ortbisect.role"
 DOCKERFILES_DIR = Path(__file__).resolve().parents[2] / "dockerfiles"
 PROBE_DOCKERFILE = "python-slim.Dockerfile"
 
-_ARCH_ALIASES = {
-    "amd64": "amd64",
-    "x86_64": "amd64",
-    "x64": "amd64",
-    "arm64": "arm64",
-    "aarch64": "arm64",
-}
 _UNAME_MACHINE = {"amd64": "x86_64", "arm64": "aarch64"}
 
 
@@ -111,39 +99,27 @@ class ContainerResult(NamedTuple):
     oom_killed: bool
 
 
-def _noop_log(msg: str) -> None:
-    pass
-
-
 # --------------------------------------------------------------------------- #
 # names
 # --------------------------------------------------------------------------- #
 
 
-def normalize_arch(arch: str) -> str:
-    """``x86_64``/``amd64`` -> ``amd64``; ``aarch64``/``arm64`` -> ``arm64``."""
-    try:
-        return _ARCH_ALIASES[arch.lower()]
-    except KeyError:
-        raise ValueError(f"unsupported architecture {arch!r}; expected one of {sorted(_ARCH_ALIASES)}") from None
-
-
 def docker_platform(arch: str) -> str:
     """``arm64`` -> ``linux/arm64``."""
-    return f"linux/{normalize_arch(arch)}"
+    return f"linux/{debian_arch(arch)}"
 
 
 def uname_machine(arch: str) -> str:
     """``arm64`` -> ``aarch64`` (what ``platform.machine()`` says inside)."""
-    return _UNAME_MACHINE[normalize_arch(arch)]
+    return _UNAME_MACHINE[debian_arch(arch)]
 
 
 def base_image_tag(arch: str) -> str:
-    return f"{BASE_IMAGE_REPO}:{normalize_arch(arch)}"
+    return f"{BASE_IMAGE_REPO}:{debian_arch(arch)}"
 
 
 def probe_image_tag(arch: str) -> str:
-    return f"{PROBE_IMAGE_REPO}:{normalize_arch(arch)}"
+    return f"{PROBE_IMAGE_REPO}:{debian_arch(arch)}"
 
 
 def default_cache_dir() -> Path:
@@ -196,189 +172,6 @@ def engine_status() -> tuple[bool, str]:
 
 
 # --------------------------------------------------------------------------- #
-# debootstrap root filesystems
-# --------------------------------------------------------------------------- #
-
-
-def debian_mirror(etc_apt: Path = Path("/etc/apt")) -> str:
-    """The Debian archive URI the host's apt uses (read at run time, never hard-coded)."""
-    from harness.runners.qemu_provision import ProvisionError, read_host_sources
-    from harness.runners.qemu_provision import debian_mirror as host_archive
-
-    try:
-        return host_archive(read_host_sources(etc_apt))[0]
-    except ProvisionError as exc:
-        raise DockerEngineError(str(exc)) from None
-
-
-def _rootfs_key(arch: str) -> str:
-    recipe = {
-        "suite": SUITE,
-        "arch": arch,
-        "variant": "minbase",
-        "include": list(DEBOOTSTRAP_INCLUDE),
-        "version": _ROOTFS_RECIPE_VERSION,
-    }
-    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def _binfmt_aarch64_ok() -> tuple[bool, str]:
-    d = Path("/proc/sys/fs/binfmt_misc")
-    if not (d / "register").exists():
-        return False, "binfmt_misc is not mounted"
-    for entry in d.iterdir():
-        if entry.name in ("register", "status"):
-            continue
-        try:
-            text = entry.read_text()
-        except OSError:
-            continue
-        # aarch64 ELF: e_machine 0xb7 at offset 18
-        if "magic 7f454c460201010000000000000000000200b700" in text and text.startswith("enabled"):
-            flags = re.search(r"^flags: *(\S*)", text, re.M)
-            if flags and "F" in flags.group(1):
-                return True, f"{entry.name}: {text.splitlines()[1]}"
-            return False, f"{entry.name} is registered without flag F"
-    return False, "no binfmt_misc entry for aarch64"
-
-
-def _mounts_under(root: Path) -> list[str]:
-    root_s = str(root.resolve())
-    found = []
-    with open("/proc/self/mounts") as fh:
-        for line in fh:
-            mnt = line.split()[1].replace("\\040", " ")
-            if mnt == root_s or mnt.startswith(root_s + "/"):
-                found.append(mnt)
-    return found
-
-
-def _safe_rmtree(root: Path) -> None:
-    """Remove a debootstrap target, refusing if anything is still mounted in it."""
-    if not root.exists():
-        return
-    for mnt in sorted(_mounts_under(root), key=len, reverse=True):
-        subprocess.run(["umount", "-l", mnt], check=False)
-    left = _mounts_under(root)
-    if left:
-        raise DockerEngineError(f"refusing to delete {root}: still mounted: {left}")
-    shutil.rmtree(root)
-
-
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = _noop_log) -> tuple[Path, dict]:
-    """Debootstrap (once, cached) a bookworm minbase + CPython 3.11 rootfs.
-
-    Returns (tarball path, metadata). The tarball lives at
-    ``cache_dir/rootfs/bookworm-python3.11-<arch>-<recipe>.tar`` with a
-    ``.json`` sidecar (mirror, sha256, size, build seconds); a later call
-    with the same cache dir reuses it. Needs root; arm64 needs binfmt.
-    """
-    from harness.locking import file_lock
-
-    arch = normalize_arch(arch)
-    root = Path(cache_dir).expanduser() / "rootfs"
-    root.mkdir(parents=True, exist_ok=True)
-    key = _rootfs_key(arch)
-    tar = root / f"{SUITE}-python3.11-{arch}-{key}.tar"
-    meta_path = tar.with_suffix(".json")
-
-    with file_lock(root / f"{arch}.lock", on_wait=log):
-        if tar.is_file() and meta_path.is_file():
-            meta = json.loads(meta_path.read_text())
-            log(f"rootfs {arch}: cached {tar} ({meta.get('size_bytes', 0) / 1e6:.0f} MB)")
-            return tar, meta
-
-        if os.geteuid() != 0:
-            raise DockerEngineError("debootstrap needs root")
-        if shutil.which("debootstrap") is None:
-            raise DockerEngineError("debootstrap is not installed (apt-get install debootstrap; .ci/docker-engine.sh does it)")
-        host_arch = normalize_arch(os.uname().machine)
-        if arch != host_arch:
-            if arch != "arm64":
-                raise DockerEngineError(f"cannot debootstrap {arch} on a {host_arch} host")
-            ok, why = _binfmt_aarch64_ok()
-            if not ok:
-                raise DockerEngineError(f"arm64 debootstrap needs qemu-aarch64 binfmt with flag F: {why} (run .ci/docker-engine.sh binfmt)")
-
-        mirror = debian_mirror()
-        work = Path(tempfile.mkdtemp(prefix=f"rootfs-{arch}-", dir=root))
-        target = work / "rootfs"
-        try:
-            cmd = [
-                "debootstrap",
-                "--variant=minbase",
-                f"--arch={arch}",
-                f"--include={','.join(DEBOOTSTRAP_INCLUDE)}",
-                SUITE,
-                str(target),
-                mirror,
-            ]
-            log(f"rootfs {arch}: {' '.join(cmd)}")
-            t0 = time.monotonic()
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-            t_debootstrap = time.monotonic() - t0
-            if proc.returncode != 0:
-                tail = "\n".join(proc.stdout.splitlines()[-30:])
-                debootstrap_log = target / "debootstrap" / "debootstrap.log"
-                if debootstrap_log.is_file():
-                    tail += "\n--- debootstrap.log ---\n" + "\n".join(debootstrap_log.read_text(errors="replace").splitlines()[-30:])
-                raise DockerEngineError(f"debootstrap {arch} failed (exit {proc.returncode}):\n{tail}")
-            log(f"rootfs {arch}: debootstrap took {t_debootstrap:.1f} s")
-
-            # python3 -> python3.11 (python3.11-minimal does not provide it)
-            py3 = target / "usr/bin/python3"
-            if not py3.exists() and not py3.is_symlink():
-                py3.symlink_to("python3.11")
-            # drop what a probe never needs
-            for sub in ("var/cache/apt/archives", "var/lib/apt/lists", "usr/share/doc", "usr/share/man", "usr/share/info"):
-                d = target / sub
-                if d.is_dir():
-                    for child in d.iterdir():
-                        if child.is_dir() and not child.is_symlink():
-                            shutil.rmtree(child)
-                        elif child.name != "lock":
-                            child.unlink()
-
-            t1 = time.monotonic()
-            tmp_tar = work / "rootfs.tar"
-            subprocess.run(
-                [
-                    "tar", "-C", str(target), "--numeric-owner",
-                    "--exclude=./dev/*", "--exclude=./proc/*", "--exclude=./sys/*", "--exclude=./run/*",
-                    "-cf", str(tmp_tar), ".",
-                ],
-                check=True,
-            )
-            sha = _sha256_file(tmp_tar)
-            meta = {
-                "arch": arch,
-                "suite": SUITE,
-                "include": list(DEBOOTSTRAP_INCLUDE),
-                "recipe": key,
-                "mirror": mirror,
-                "sha256": sha,
-                "size_bytes": tmp_tar.stat().st_size,
-                "debootstrap_seconds": round(t_debootstrap, 1),
-                "tar_seconds": round(time.monotonic() - t1, 1),
-                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            }
-            os.replace(tmp_tar, tar)
-            meta_path.write_text(json.dumps(meta, indent=2) + "\n")
-            log(f"rootfs {arch}: {tar} ({meta['size_bytes'] / 1e6:.0f} MB, sha256 {sha[:12]})")
-            return tar, meta
-        finally:
-            _safe_rmtree(work)
-
-
-# --------------------------------------------------------------------------- #
 # images
 # --------------------------------------------------------------------------- #
 
@@ -420,15 +213,15 @@ def _check_arch(image, arch: str, ref: str) -> None:
         raise DockerEngineError(f"{ref} has architecture {got!r}, expected {arch!r}")
 
 
-def ensure_base_image(client, arch: str, cache_dir: Path | str, log: Log = _noop_log) -> str:
+def ensure_base_image(client, arch: str, cache_dir: Path | str, log: Log = quiet) -> str:
     """``ortbisect/bookworm-python:<arch>`` from the cached debootstrap rootfs.
 
     Skipped when an image with that tag and the same recipe label exists.
     Returns the image id.
     """
-    arch = normalize_arch(arch)
+    arch = debian_arch(arch)
     tag = base_image_tag(arch)
-    recipe = _rootfs_key(arch)
+    recipe = rootfs_key(arch)
     existing = _built_image(client, tag, recipe, arch, log)
     if existing is not None:
         return existing
@@ -453,7 +246,7 @@ def ensure_base_image(client, arch: str, cache_dir: Path | str, log: Log = _noop
                 LABEL_RECIPE: recipe,
                 LABEL_ROLE: "base",
                 "org.ortbisect.rootfs.sha256": meta["sha256"],
-                "org.ortbisect.rootfs.suite": SUITE,
+                "org.ortbisect.rootfs.suite": ROOTFS_SUITE,
             },
         )
         log(f"image {tag}: built in {time.monotonic() - t0:.1f} s")
@@ -468,7 +261,7 @@ def ensure_image(
     client,
     arch: str,
     cache_dir: Path | str | None = None,
-    log: Log = _noop_log,
+    log: Log = quiet,
     *,
     base: str | None = None,
 ) -> str:
@@ -480,7 +273,7 @@ def ensure_image(
     An existing image built from the same Dockerfile and base id is reused.
     Record the returned id (``sha256:...``) for provenance.
     """
-    arch = normalize_arch(arch)
+    arch = debian_arch(arch)
     cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     if base is None:
         base_ref = base_image_tag(arch)

@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.runners.base import Environment, forget_build, locked_build
-from harness.runners.uv import NUMPY, require_wheel, uv
+from harness.runners.uv import NUMPY, require_wheel
+from harness.uvtool import uv
 from harness.versions import Release, Target
 
 
@@ -17,13 +18,18 @@ def site_dir(cache_dir: Path, target: Target, version: str) -> Path:
     return cache_dir / "sites" / f"{target.arch}-py{target.python}" / f"onnxruntime-{version}"
 
 
+def site_install_args(site: str, target: Target, version: str) -> list[str]:
+    """`uv` arguments that install onnxruntime `version` and numpy for `target` into the directory `site`."""
+    return ["pip", "install", "--target", site, "--python-platform", f"{target.arch}-unknown-linux-gnu",
+            "--python-version", target.python, f"onnxruntime=={version}", NUMPY]
+
+
 def prepare_site(cache_dir: Path, target: Target, release: Release) -> Environment:
     require_wheel(release, target)
 
     def build(path: Path) -> dict:
-        uv("pip", "install", "--quiet", "--no-compile-bytecode", "--target", str(path / "site"),
-           "--python-platform", f"{target.arch}-unknown-linux-gnu", "--python-version", target.python,
-           f"onnxruntime=={release.version}", NUMPY, what=f"installing onnxruntime {release.version} for {target.arch}")
+        uv(*site_install_args(str(path / "site"), target, release.version), "--quiet", "--no-compile-bytecode",
+           what=f"installing onnxruntime {release.version} for {target.arch}")
         return {"python": target.python, "arch": target.arch}
 
     return locked_build(site_dir(cache_dir, target, release.version), release.version, build)

@@ -3,51 +3,17 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip
-from harness.runners.base import WORKER, Environment, ProcessOutcome, Runner, forget_build, locked_build, run_worker_process
+from harness.runners.base import (
+    WORKER, Check, Environment, ProcessOutcome, Runner, forget_build, locked_build, native_arch, run_worker_process,
+)
+from harness.uvtool import uv, uv_bin
 from harness.versions import Release
 
 NUMPY = "numpy"
-
-
-def uv_bin() -> str:
-    """The uv that ships with the harness (the `uv` package), else the one on PATH."""
-    try:
-        from uv import find_uv_bin
-
-        return find_uv_bin()
-    except (ImportError, FileNotFoundError):
-        found = shutil.which("uv")
-        if not found:
-            raise EnvironmentSkip("uv not found: install it (pip install uv)") from None
-        return found
-
-
-def uv(*args: str, what: str) -> subprocess.CompletedProcess:
-    """Run uv; a failure becomes a skip whose reason is uv's own explanation.
-
-    Installs pass --no-compile-bytecode: a project's `compile-bytecode` setting
-    (this one's included) would otherwise compile ~2,500 files into every
-    release environment, 10 s instead of 1 s; the worker writes the few .pyc
-    files it needs on its first run.
-    """
-    proc = subprocess.run([uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    if proc.returncode != 0:
-        raise EnvironmentSkip(f"{what} failed: {install_error(proc)}")
-    return proc
-
-
-def install_error(proc: subprocess.CompletedProcess) -> str:
-    """The line of uv's stderr that says why, for the skip reason."""
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith(("×", "error:", "╰─▶")):
-            return ln.lstrip("×╰─▶ ").strip()
-    return lines[-1] if lines else f"uv exited with status {proc.returncode}"
 
 
 def require_wheel(release: Release, target) -> None:
@@ -57,6 +23,23 @@ def require_wheel(release: Release, target) -> None:
 
 class UvRunner(Runner):
     backend = "uv"
+    auto = True
+
+    @classmethod
+    def archs(cls) -> tuple[str, ...]:
+        return (native_arch(),)
+
+    @classmethod
+    def doctor(cls, cache_dir: Path) -> list[Check]:
+        try:
+            version = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True).stdout.strip()
+        except Exception as exc:  # any failure here is what the row reports
+            return [Check("uv (backend uv)", False, str(exc), "pip install uv")]
+        return [Check("uv (backend uv)", True, version)]
+
+    @classmethod
+    def describe(cls, provenance: dict, seen_cpu: str | None, version: str, script: str) -> dict:
+        return {"how": "native (uv environment)", "cpu_model": seen_cpu or "?", "reproduce": None}
 
     def env_dir(self, version: str) -> Path:
         return self.cache_dir / "envs" / f"{self.target.arch}-py{self.target.python}" / f"onnxruntime-{version}"
