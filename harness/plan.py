@@ -18,7 +18,7 @@ from harness import inputs as inputs_mod
 from harness import models
 from harness.errors import UsageError
 from harness.probe import ProbeJob
-from harness.results import RunStore, run_id_for
+from harness.results import MANIFEST, RunStore, run_id_for
 from harness.runners import Log, Runner, make_runner, quiet
 from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
@@ -136,3 +136,17 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
         raise UsageError(f"--version {version}: no such onnxruntime release in the index")
     plan.store.discard_if_unused()
     return plan
+
+
+def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: str) -> SearchSpec:
+    """The search that made a run (model, batch, target, options), over another range; it resumes that run."""
+    manifest = RunStore(Path(run_dir)).manifest()
+    if not manifest:
+        raise UsageError(f"{run_dir}: no run there (no {MANIFEST})")
+    key, model = manifest["key"], manifest["model"]
+    name = model["name"] if model.get("source") in ("generated", "hub") else model["path"]
+    return SearchSpec(model=name, from_=from_, to=to, inputs=Path(manifest["batch"]["path"]),
+                      outputs=tuple(key.get("outputs") or ()), arch=key["arch"], backend=key["backend"],
+                      cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
+                      results_dir=Path(run_dir).parent, resume=Path(run_dir).name,
+                      session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1))

@@ -13,10 +13,14 @@ import time
 from dataclasses import dataclass
 
 from harness import explain as explain_mod
+from harness import search
 from harness.driver import Driver, Observer, RunOutcome
-from harness.history import RefreshStore
+from harness.history import RefreshStore, latest_by_version
 from harness.plan import Plan
+from harness.results import RunStore
 from harness.summary import summary
+from harness.verdicts import Predicate, judge
+from harness.versions import parse_version
 
 
 @dataclass
@@ -67,3 +71,42 @@ def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = 
     outcome = Driver(plan.runner, wanted, plan.store, plan.job, plan.predicate, plan.reference,
                      observer=observer, prefetch=False).run(sweep=True)
     return outcome.records
+
+
+# --- reading a search back ---------------------------------------------------------------------
+
+
+def judged_records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
+    """The newest record of each release of a run's own search, judged (triage series left out)."""
+    own = [r for r in store.records() if not (r.get("combo_id") or r.get("series"))]
+    return {v: judge(r, predicate) for v, r in latest_by_version(own).items()}
+
+
+@dataclass
+class Boundary:
+    releases: list  # the releases from the first to the last probed one
+    last_good: str | None
+    first_bad: str | None
+    untested: list[str]  # releases between the two that could not be judged or were not probed
+    monotone: bool
+
+
+def boundary_in(records: dict[str, dict], listing: list) -> Boundary:
+    """Last good and first bad release that judged records show, over the span they cover.
+
+    A search cut short still gives the best bracket its probes show.
+    """
+    probed = sorted(records, key=parse_version)
+    span = [r for r in listing if parse_version(probed[0]) <= parse_version(r.version) <= parse_version(probed[-1])]
+    known = [records[r.version]["verdict"] if r.version in records else None for r in span]
+    step = search.bisect_step(known, "regression")
+    lo = hi = None
+    if step.status == "found":
+        lo, hi = step.lo, step.hi
+    elif step.status == "probing":
+        first = next(((a, b) for a, b in search.transitions(known) if known[a] == "good"), None)
+        if first:
+            lo, hi = first
+    if lo is None:
+        return Boundary(span, None, None, [], step.monotone)
+    return Boundary(span, span[lo].version, span[hi].version, [r.version for r in span[lo + 1:hi]], step.monotone)

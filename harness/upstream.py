@@ -23,9 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import search
 from harness.results import EXPLANATION, RunStore
-from harness.verdicts import Predicate, judge, parse_predicate
+from harness.verdicts import Predicate, parse_predicate
 from harness.versions import parse_version
 from harness.vocabulary import GRAPH_LEVELS
 
@@ -38,51 +37,28 @@ def _predicate(manifest: dict) -> Predicate:
     return p if not p.needs_reference else Predicate()
 
 
-def _records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
-    recs = {}
-    for r in store.records():
-        if r.get("combo_id") or r.get("series"):
-            continue
-        recs[r["version"]] = judge(r, predicate)
-    return recs
-
-
-def _spec(manifest: dict, run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: str):
-    from harness.plan import SearchSpec
-
-    key = manifest["key"]
-    model = manifest["model"]
-    name = model["name"] if model.get("source") in ("generated", "hub") else model["path"]
-    return SearchSpec(model=name, from_=from_, to=to, inputs=Path(manifest["batch"]["path"]),
-                      outputs=tuple(key.get("outputs") or ()), arch=key["arch"], backend=key["backend"],
-                      cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
-                      results_dir=run_dir.parent, resume=run_dir.name, session_options=key.get("session_options") or {},
-                      repeat=key.get("repeat", 1))
-
-
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
           log=None) -> dict:
     """The report as a JSON-able document (and repro.py written next to the run)."""
     from harness.explain import explanation
     from harness.mitigate import MITIGATION
-    from harness.plan import make_plan
-    from harness.session import probe_releases
+    from harness.plan import make_plan, release_listing, spec_of_run
+    from harness.session import boundary_in, judged_records, probe_releases
 
     log = log or (lambda msg: None)
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
     manifest = store.manifest()
     predicate = _predicate(manifest)
-    recs = _records(store, predicate)
+    recs = judged_records(store, predicate)
     if not recs:
         raise ValueError(f"{run_dir}: no probes recorded")
     key = manifest["key"]
     probed = sorted(recs, key=parse_version)
-    spec = _spec(manifest, run_dir, cache_dir, offline, probed[0], probed[-1])
-    from harness.uvtool import uv_bin
-    from harness.versions import ReleaseIndex, Target
+    spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1])
+    from harness.versions import Target
 
-    all_releases = ReleaseIndex(cache_dir, uv_bin(), offline).releases()
+    all_releases = release_listing(cache_dir, offline)
 
     target = Target(key["arch"], key["python"])
     installable = [r for r in all_releases if r.wheel_for(target)]
@@ -99,21 +75,10 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     if probe and newest not in recs:
         log(f"probing the newest release, {newest}")
         probe_releases(get_plan(newest), [newest])
-        recs = _records(store, predicate)
-    # verdict grid and boundary over the releases between the first and last probed
+        recs = judged_records(store, predicate)
     probed = sorted(recs, key=parse_version)
-    rng = [r for r in all_releases if parse_version(probed[0]) <= parse_version(r.version) <= parse_version(probed[-1])]
-    known = [recs[r.version]["verdict"] if r.version in recs else None for r in rng]
-    step = search.bisect_step(known, "regression")
-    last_good = rng[step.lo].version if step.status == "found" else None
-    first_bad = rng[step.hi].version if step.status == "found" else None
-    if step.status == "probing":  # the run stopped early: the best bracket the probes give
-        trans = [(a, b) for a, b in search.transitions(known) if known[a] == "good"]
-        if trans:
-            last_good, first_bad = rng[trans[0][0]].version, rng[trans[0][1]].version
-    untested = [rng[i].version for i in range(rng.index(next(r for r in rng if r.version == last_good)) + 1,
-                                                 rng.index(next(r for r in rng if r.version == first_bad)))] \
-        if last_good and first_bad else []
+    found = boundary_in(recs, all_releases)
+    last_good, first_bad, untested = found.last_good, found.first_bad, found.untested
 
     # explanation
     expl = store.document(EXPLANATION)
@@ -142,11 +107,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
                     "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows")}
                    for v in probed],
-        "releases_in_range": [r.version for r in rng],
+        "releases_in_range": [r.version for r in found.releases],
         "last_good": last_good,
         "first_bad": first_bad,
         "untested_between": untested,
-        "monotone": step.monotone,
+        "monotone": found.monotone,
         "newest": {"version": newest, "verdict": recs.get(newest, {}).get("verdict"), "why": recs.get(newest, {}).get("why")},
         "explanation": expl,
         "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
