@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import re
+
 from harness.driver import RunOutcome
 from harness.search import MODES, transitions
 
 EXIT_FOUND = 0
 EXIT_NO_BOUNDARY = 3
+UPSTREAM = "https://github.com/microsoft/onnxruntime"
+
+
+def build_of(record: dict | None) -> dict:
+    """The commit and branch onnxruntime was built from, as `get_build_info()` reported them in the probe."""
+    info = (((record or {}).get("result") or {}).get("onnxruntime") or {}).get("build_info") or ""
+    commit = re.search(r"git-commit-id=([0-9a-fA-F]+)", info)
+    branch = re.search(r"git-branch=([^,\s]+)", info)
+    return {"commit": commit.group(1) if commit else None, "branch": branch.group(1) if branch else None}
+
+
+def compare_url(old: str | None, new: str | None) -> str | None:
+    """The upstream page of the commits between two builds."""
+    return f"{UPSTREAM}/compare/{old}...{new}" if old and new else None
 
 
 def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) -> dict:
@@ -28,6 +44,7 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
             "rows": rec.get("rows"),
             "seconds": round(rec.get("seconds") or 0.0, 3),
             "reused": r.version not in outcome.probed_now,
+            "commit": build_of(rec)["commit"],
         })
     doc = {
         "run_id": run_id,
@@ -43,6 +60,9 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
     lo = rel[step.lo].version if step.status == "found" else None
     hi = rel[step.hi].version if step.status == "found" else None
     doc[f"last_{old}"], doc[f"first_{new}"] = lo, hi
+    commits = {v: build_of(outcome.records.get(v))["commit"] if v else None for v in (lo, hi)}
+    doc["commits"] = {f"last_{old}": commits[lo], f"first_{new}": commits[hi],
+                      "compare": compare_url(commits[lo], commits[hi])} if step.status == "found" else None
     doc["untestable"] = [rel[i].version for i in step.untestable]
     if sweep:
         known = [outcome.verdict(i) for i in range(len(rel))]

@@ -9,6 +9,8 @@ probes.jsonl (`ReplayRunner.from_probes`).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -35,6 +37,11 @@ def crash(signal: int = 9) -> ProcessOutcome:
 
 def error(message: str = "ValueError: no kernel") -> ProcessOutcome:
     return ProcessOutcome(3, None, False, 0.01, "", {"stage": "session", "error": message})
+
+
+def commit_of(version: str) -> str:
+    """A stand-in git commit id per release, as get_build_info() would name it."""
+    return hashlib.sha1(version.encode()).hexdigest()[:10]
 
 
 SKIP = "skip"  # an outcome that makes prepare() raise EnvironmentSkip
@@ -79,7 +86,12 @@ class ReplayRunner(Runner):
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         self.calls.append(env.version)
         time.sleep(0)  # yield, as a real probe would, so parallel rounds interleave
-        return self.outcomes[env.version]
+        outcome = self.outcomes[env.version]
+        if outcome.result is not None and "onnxruntime" not in outcome.result:
+            build = f"ORT Build Info: git-branch=rel-{env.version}, git-commit-id={commit_of(env.version)}, build type=Release"
+            outcome = dataclasses.replace(outcome, result={**outcome.result, "onnxruntime": {"version": env.version,
+                                                                                         "build_info": build}})
+        return outcome
 
 
 def releases(*versions: str) -> list[Release]:

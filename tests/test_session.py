@@ -11,7 +11,7 @@ from harness.probe import ProbeJob
 from harness.results import RunStore
 from harness.session import probe_releases, run_search
 from harness.verdicts import parse_predicate
-from replay import SKIP, ReplayRunner, crash, ran, releases
+from replay import SKIP, ReplayRunner, commit_of, crash, ran, releases
 
 VERSIONS = ("1.19.0", "1.19.2", "1.20.0", "1.20.1", "1.21.0", "1.21.1", "1.22.0", "1.22.1")
 
@@ -38,6 +38,9 @@ def test_bisection_names_the_boundary_and_keeps_the_document(tmp_path, first_bad
     stored = json.loads((plan.store.dir / "cells" / f"regression-{VERSIONS[0]}-{VERSIONS[-1]}.json").read_text())
     assert stored["first_bad"] == first_bad and stored["predicate"] == "nan-or-inf"
     assert len(plan.store.records()) == doc["probe_count"]
+    commits = doc["commits"]
+    assert (commits["last_good"], commits["first_bad"]) == (commit_of(VERSIONS[i - 1]), commit_of(first_bad))
+    assert commits["compare"].endswith(f"/compare/{commit_of(VERSIONS[i - 1])}...{commit_of(first_bad)}")
 
 
 def test_a_second_search_reuses_every_probe(tmp_path):
