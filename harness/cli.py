@@ -16,7 +16,7 @@ from harness import __version__
 from harness.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, err
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 
-COMMANDS = ("run", "sweep", "versions", "models", "trace", "diff", "options", "repeat", "mitigate", "report",
+COMMANDS = ("run", "sweep", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
             "matrix", "merge", "dashboard", "setup", "doctor")
 
 

@@ -74,6 +74,20 @@ def run_table(doc: dict) -> Table:
     return t
 
 
+def reduction_summary(doc: dict) -> str:
+    """What `bisect reduce` kept, and how it was verified (rich markup)."""
+    good, bad = doc["pair"]
+    v, pos = doc["verified"]["verdicts"], doc["positions"]
+    lines = [f"rows {doc['rows']['before']} -> {doc['rows']['after']} (kept {doc['rows']['kept']}), "
+             f"nodes {doc['nodes']['before']} -> {doc['nodes']['after']}"
+             + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
+    if doc["nodes"]["kept"]:
+        lines.append("kept nodes: " + escape(", ".join(doc["nodes"]["kept"])))
+    lines.append(f"verified: {good} {verdict(v[good])}, {bad} {verdict(v[bad])}; {doc['probes']['made']} probes "
+                 f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
 # --- triage --------------------------------------------------------------------------------
 
 

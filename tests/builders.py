@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from harness.uvtool import uv_bin
 
 OPSET = [helper.make_opsetid("", 17)]
 
@@ -139,3 +143,72 @@ def big_alloc_model(elements: int = 1 << 30) -> onnx.ModelProto:
     inits = [numpy_helper.from_array(np.array([elements], np.int64), "shape"),
              numpy_helper.from_array(np.array([1], np.int64), "one")]
     return helper.make_model(helper.make_graph(nodes, "big_alloc", [x], [y], inits), opset_imports=OPSET, ir_version=8)
+
+
+def residual_stack_model(layers: int = 40, width: int = 16, seed: int = 0) -> onnx.ModelProto:
+    """A transformer-shaped fp16 stack of 500+ nodes: per layer a norm, an MLP (MatMul, Mul, Add,
+    Tanh, MatMul) and a residual Add whose stream grows past 65504 in its last layers, then a
+    final SimplifiedLayerNormalization. Like the embedded models, finite on x86_64 up to 1.19.2
+    (one fp32 island) and NaN from 1.20.0 (the final norm runs in fp16). Save it with external data.
+    """
+    rng = np.random.default_rng(seed)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, ["batch", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, ["batch", width])
+    nodes, inits = [], [numpy_helper.from_array(np.ones(width, np.float16), "/model/norm/weight"),
+                        numpy_helper.from_array(np.array(0.5, np.float16), "half"),
+                        numpy_helper.from_array(np.array(1.333, np.float16), "growth")]
+    stream = "x"
+    for i in range(layers):
+        p = f"/model/layers.{i}"
+        w1 = numpy_helper.from_array((rng.standard_normal((width, width)) * 0.02).astype(np.float16), f"{p}/mlp/w1")
+        w2 = numpy_helper.from_array((rng.standard_normal((width, width)) * 0.02).astype(np.float16), f"{p}/mlp/w2")
+        ln = numpy_helper.from_array(np.ones(width, np.float16), f"{p}/input_layernorm/weight")
+        inits += [w1, w2, ln]
+        steps = [
+            ("SimplifiedLayerNormalization", [stream, ln.name], "input_layernorm/SimplifiedLayerNormalization", {"axis": -1, "epsilon": 1e-6}),
+            ("MatMul", [None, w1.name], "mlp/up/MatMul", {}),
+            ("Mul", [None, "half"], "mlp/act/Mul", {}),
+            ("Tanh", [None], "mlp/act/Tanh", {}),
+            ("Add", [None, "half"], "mlp/act/Add", {}),
+            ("Mul", [None, f"{p}/mlp/up/MatMul_output_0"], "mlp/act/Mul_1", {}),
+            ("MatMul", [None, w2.name], "mlp/down/MatMul", {}),
+            ("Mul", [stream, "growth"], "scale/Mul", {}),
+            ("Add", [None, f"{p}/mlp/down/MatMul_output_0"], "Add", {}),
+            ("Identity", [None], "Identity", {}),
+            ("Identity", [None], "Identity_1", {}),
+            ("Identity", [None], "Identity_2", {}),
+            ("Identity", [None], "Identity_3", {}),
+        ]
+        prev = None
+        for op, ins, name, attrs in steps:
+            ins = [prev if t is None else t for t in ins]
+            out = f"{p}/{name}_output_0"
+            nodes.append(helper.make_node(op, ins, [out], name=f"{p}/{name}", **attrs))
+            prev = out
+        stream = prev
+    nodes.append(helper.make_node("SimplifiedLayerNormalization", [stream, "/model/norm/weight"], ["y"],
+                                  name="/model/norm/SimplifiedLayerNormalization", axis=-1, epsilon=1e-6))
+    graph = helper.make_graph(nodes, "residual_stack", [x], [y], inits)
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def residual_stack_inputs(rows: int = 6, width: int = 16) -> dict[str, np.ndarray]:
+    """Rows whose stream stays finite through the stack, except rows 2 and 4 that pass 65504 near its end."""
+    x = np.full((rows, width), 0.5, np.float16)
+    x[2] = 1.0
+    x[4] = 0.9
+    return {"x": x}
+
+
+def fresh_env(tmp: Path, version: str) -> Path:
+    """A new uv environment with only onnxruntime==version and numpy."""
+    env = tmp / f"venv-{version}"
+    subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
+    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
+                    f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+    return env / "bin" / "python"
+
+
+def run_script(python: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(python), str(script), *args], capture_output=True, text=True, timeout=300,
+                          cwd=script.parent, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})

@@ -21,6 +21,8 @@ from harness.errors import UsageError
 @click.option("--mode", type=click.Choice(["regression", "fix"]), default="regression", show_default=True,
               help="regression: first bad after good; fix: first good after bad.")
 @click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
+@click.option("--reduce", "reduce_", is_flag=True,
+              help="Then shrink the regression to the fewest rows and nodes that still flip (as `bisect reduce`).")
 def command(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""
     return search_and_render(opts, sweep=False)
@@ -48,7 +50,7 @@ def search_and_render(opts: dict, sweep: bool) -> int:
 
 def _search_one(opts: dict, sweep: bool) -> dict | None:
     from harness.plan import make_plan
-    from harness.render import ProbeLines, run_table
+    from harness.render import ProbeLines, reduction_summary, run_table
     from harness.session import run_search
 
     plan = make_plan(search_spec(opts), log=log_to_stderr)
@@ -63,10 +65,16 @@ def _search_one(opts: dict, sweep: bool) -> dict | None:
                       f"run the same command again (or --resume {plan.store.run_id}) to continue")
             return None
     doc = found.doc
+    if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] == "regression":
+        from harness.reduce import reduce_saved_run
+
+        doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr)
     if not opts["as_json"]:
         out.print(run_table(doc))
         out.print(doc["message"])
         if "explanation" in doc:
             out.print(escape(doc["explanation"]["text"]))
+        if "reduced" in doc:
+            out.print(reduction_summary(doc["reduced"]))
         out.print(f"[dim]results: {plan.store.dir}[/]")
     return doc

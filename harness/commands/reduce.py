@@ -1,0 +1,46 @@
+"""`bisect reduce RUN`: the fewest rows and nodes that still flip between a run's last good and first bad."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from harness.commands.common import json_option, log_to_stderr, out, results_dir_option, store_options
+from harness.errors import UsageError
+from harness.results import MANIFEST
+
+
+def run_dir_of(run: str, results_dir: Path) -> Path:
+    """RUN as a results/<run-id> directory, or a run id in --results-dir."""
+    path = Path(run)
+    if not (path / MANIFEST).exists():
+        path = results_dir / run
+    if not (path / MANIFEST).exists():
+        raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
+    return path
+
+
+@click.command("reduce")
+@click.argument("run", metavar="RUN")
+@results_dir_option
+@store_options
+@click.option("--rows-only", is_flag=True, help="Reduce the batch's rows, keep the whole model.")
+@json_option
+def command(run, results_dir, cache_dir, offline, rows_only, as_json):
+    """The smallest repro of a run's regression: fewest rows, then fewest nodes, each verified on both releases.
+
+    Writes results/<run>/reduced/ (model.onnx, inputs.npz, reduce.json); resumable.
+    """
+    from harness.reduce import reduce_saved_run
+    from harness.render import reduction_summary
+
+    doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
+                           nodes=not rows_only, command=sys.argv)
+    if as_json:
+        out.print_json(json.dumps(doc))
+    else:
+        out.print(reduction_summary(doc))
+    return 0 if doc["verified"]["flips"] else 1

@@ -1,0 +1,198 @@
+"""The reduction's search helpers (pure), and reductions of real models on real releases."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.reduce import bad_rows, ddmin, first_true, last_true, take_rows
+
+
+@given(st.integers(1, 40), st.data())
+@settings(max_examples=200, deadline=None)
+def test_ddmin_finds_a_one_minimal_failing_subset(n, data):
+    culprits = data.draw(st.sets(st.integers(0, n - 1), min_size=1, max_size=min(3, n)))
+    calls = []
+
+    def fails(subset):
+        calls.append(subset)
+        return culprits <= set(subset)  # fails when every culprit is in
+
+    found = ddmin(list(range(n)), fails)
+    assert set(found) == culprits  # 1-minimal: here exactly the culprits
+    assert len(calls) <= 4 * len(culprits) * max(1, n).bit_length() ** 2 + 4
+
+
+def test_ddmin_single_culprit_takes_about_log2_steps():
+    calls = []
+    found = ddmin(list(range(64)), lambda s: calls.append(s) or 37 in s)
+    assert found == [37] and len(calls) <= 2 * 6
+
+
+@pytest.mark.parametrize("n, boundary", [(n, b) for n in (1, 2, 3, 8, 13) for b in range(n)])
+def test_first_and_last_true_bisect(n, boundary):
+    assert first_true(0, n - 1, lambda i: i >= boundary) == boundary
+    assert last_true(0, n - 1, lambda i: i <= boundary) == boundary
+
+
+def test_take_rows_trims_padding_to_the_longest_kept_row():
+    ids = np.arange(4 * 6).reshape(4, 6)
+    mask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0]])
+    cut = take_rows({"input_ids": ids, "attention_mask": mask, "scale": np.ones(4)}, [1, 2])
+    assert cut["attention_mask"].tolist() == [[1, 1, 0], [1, 1, 1]]
+    assert cut["input_ids"].tolist() == [ids[1, :3].tolist(), ids[2, :3].tolist()]
+    assert cut["scale"].shape == (2,)
+
+
+def test_bad_rows_counts_a_row_once_across_outputs():
+    a = np.zeros((5, 3), np.float16)
+    b = np.zeros((5,), np.float32)
+    a[1, 0] = np.nan
+    a[3, 2] = np.inf
+    b[1] = np.nan
+    b[4] = -np.inf
+    assert bad_rows({"a": a, "b": b}) == [1, 3, 4]
+    assert bad_rows({"a": a, "b": b}, ["a"]) == [1, 3]
+    assert bad_rows({"ids": np.zeros((5, 3), np.int64)}) == []
+
+
+# --- real releases -------------------------------------------------------------------------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import builders  # noqa: E402
+from builders import fresh_env, run_script  # noqa: E402
+from harness.vocabulary import default_cache_dir  # noqa: E402
+
+KB64 = 64 << 10
+
+
+def no_machine_paths(text: str, *paths: Path) -> list[str]:
+    """Absolute paths of this machine found in a report: home, cache, results, temp, any /root or /tmp."""
+    found = [str(p) for p in (Path.home(), default_cache_dir(), *paths) if str(p) in text]
+    return found + re.findall(r"(?<![\w.+/])/(?:root|tmp|home)/[\w./-]+", text)
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory):
+    """Fresh uv environments (onnxruntime and numpy only) per release, shared by this module's tests."""
+    made = {}
+    root = tmp_path_factory.mktemp("fresh")
+
+    def python(version: str) -> Path:
+        if version not in made:
+            made[version] = fresh_env(root, version)
+        return made[version]
+
+    return python
+
+
+@pytest.mark.release
+def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_path, fresh):
+    results = tmp_path / "results"
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--reduce", "--json",
+               results=results)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["commits"]["last_good"] and doc["commits"]["first_bad"]
+    assert doc["commits"]["last_good"] != doc["commits"]["first_bad"]
+    red = doc["reduced"]
+    assert red["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
+    assert red["nodes"]["after"] <= 10 and red["rows"]["after"] == 1
+    assert "/model/norm/SimplifiedLayerNormalization" in red["nodes"]["kept"]
+    run_dir = results / doc["run_id"]
+    assert (run_dir / "reduced" / "model.onnx").stat().st_size + (run_dir / "reduced" / "inputs.npz").stat().st_size < KB64
+
+    rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    script = (run_dir / "repro.py").read_text()
+    as_json = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                     "--no-probe", "--format", "json").stdout
+    for text in (rep.stdout, script, as_json):
+        assert no_machine_paths(text, results, bisect.cache_dir) == []
+    assert f"{red['nodes']['after']} of the model's {red['nodes']['before']} nodes" in rep.stdout
+    assert f"compare/{doc['commits']['last_good']}...{doc['commits']['first_bad']}" in rep.stdout
+
+    model = next(Path(bisect.cache_dir, "models", "gemma-tiny-fused").glob("model.onnx"))
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        python = fresh(version)
+        out = run_script(python, run_dir / "repro.py")
+        assert (out.returncode, out.stdout.split(":")[1].split()[0]) == (rc, verdict), out.stdout + out.stderr
+        assert "reduced model" in out.stdout
+        full = run_script(python, run_dir / "repro.py", "--full", str(model))
+        assert full.returncode == rc, full.stdout + full.stderr
+        assert "full model" in full.stdout
+
+
+@pytest.mark.release
+def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh):
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_stack_model(), d / "model.onnx", external=True)
+    np.savez(d / "batch.npz", **builders.residual_stack_inputs())
+    assert len(builders.residual_stack_model().graph.node) >= 500 and (d / "model.onnx_data").exists()
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--reduce", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    red = r.json()["reduced"]
+    assert red["verified"]["flips"] and red["nodes"]["after"] < 20
+    assert red["model"]["bytes"] + red["inputs"]["bytes"] < KB64
+    run_dir = results / r.json()["run_id"]
+    rep = bisect("report", r.json()["run_id"], "--results-dir", str(results), "--no-probe", "--format", "json",
+                 "--cache-dir", str(bisect.cache_dir))
+    assert rep.returncode == 0, rep.stderr
+    assert json.loads(rep.stdout)["repro"]["reduced"]["nodes"] == red["nodes"]["after"]
+    # the full model is a file with external data beside it: the repro loads it by path
+    for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
+        python = fresh(version)
+        assert run_script(python, run_dir / "repro.py").returncode == rc
+        full = run_script(python, run_dir / "repro.py", "--full", str(model))
+        assert full.returncode == rc, full.stdout + full.stderr
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+def test_aarch64_reduction_and_its_repro_under_qemu(bisect, tmp_path):
+    from harness.runners import make_runner
+    from harness.runners.provision import qemu as qp
+    from harness.runners.provision.sysroot import sysroot_python
+    from harness.versions import Release, Target
+
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_overflow_model(), d / "model.onnx", external=True)
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
+               "--arch", "aarch64", "--cpu", "neoverse-n1", "--reduce", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1")
+    red = doc["reduced"]
+    assert red["verified"]["flips"] and red["nodes"]["after"] <= 10 and red["rows"]["after"] == 1
+    rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--no-probe", "--cache-dir",
+                 str(bisect.cache_dir))
+    assert rep.returncode == 0, rep.stderr
+    assert "neoverse-n1" in rep.stdout.split("### To reproduce")[1].split("###")[0]
+    # the emitted script, as written, under QEMU user mode with each release's aarch64 wheels
+    runner = make_runner("qemu", Target("aarch64", "3.11"), bisect.cache_dir, "neoverse-n1")
+    runner.provision()
+    script = results / doc["run_id"] / "repro.py"
+    for version, rc in (("1.23.2", 0), ("1.24.1", 1)):
+        site = runner.prepare(Release(version, [f"onnxruntime-{version}-cp311-cp311-manylinux_2_27_aarch64.whl"]))
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
+        env["PYTHONPATH"] = str(site.path / "site")
+        for args in ((), ("--full", str(model))):
+            argv = qp.qemu_command(runner.qemu, runner.sysroot, "neoverse-n1",
+                                   [sysroot_python(runner.sysroot), str(script), *args])
+            out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
+            assert out.returncode == rc, (version, args, out.stdout, out.stderr)
