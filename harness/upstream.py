@@ -12,23 +12,20 @@ else referenced by path and sha256. It exits 0 when good, 1 when bad.
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import hashlib
-import io
 import json
-import shlex
-import textwrap
 from pathlib import Path
 
-import numpy as np
 
+from harness import models
+from harness import repro as repro_mod
+from harness.repro import SCRIPT
 from harness.results import EXPLANATION, RunStore
+from harness.summary import build_of, compare_url
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import parse_version
-from harness.vocabulary import GRAPH_LEVELS
 
-SCRIPT = "repro.py"
 
 
 def _predicate(manifest: dict) -> Predicate:
@@ -93,13 +90,15 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     repeats = find_summaries(run_dir.parent, "repeat", match)
     mitigation = store.document(MITIGATION)
 
-    repro = write_repro(store, manifest, key, predicate, embed_limit)
-    env = environment(recs, key, first_bad or probed[-1], SCRIPT + ("" if repro["model_embedded"] else " model.onnx"))
+    env = environment(recs, key, first_bad or probed[-1], SCRIPT)
+    elsewhere = other_targets(run_dir, key, first_bad, predicate) if first_bad else []
+    where = where_it_reproduces(env, elsewhere, first_bad)
+    repro = write_repro(store, manifest, key, predicate, embed_limit, where)
+    commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
     doc = {
         "run_id": run_dir.name,
-        "run_dir": str(run_dir),
-        "model": manifest["model"],
-        "batch": manifest["batch"],
+        "model": {k: manifest["model"].get(k) for k in ("name", "source", "digest")},
+        "batch": {"digest": manifest["batch"]["digest"]},
         "outputs": key.get("outputs"),
         "session_options": key.get("session_options") or {},
         "predicate": str(predicate),
@@ -113,16 +112,56 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "untested_between": untested,
         "monotone": found.monotone,
         "newest": {"version": newest, "verdict": recs.get(newest, {}).get("verdict"), "why": recs.get(newest, {}).get("why")},
-        "explanation": expl,
+        "commits": {"last_good": commits.get(last_good), "first_bad": commits.get(first_bad),
+                    "compare": compare_url(commits.get(last_good), commits.get(first_bad))} if first_bad else None,
+        "elsewhere": elsewhere,
+        "explanation": {k: v for k, v in expl.items() if k not in ("diff", "chart")} if expl else None,
         "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
-                                           "verdicts_seen", "na_count", "results")} for o in options],
-        "repeat": [{k: o.get(k) for k in ("version", "n", "verdict", "why", "results")} for o in repeats],
+                                           "verdicts_seen", "na_count")} for o in options],
+        "repeat": [{k: o.get(k) for k in ("version", "n", "verdict", "why")} for o in repeats],
         "mitigation": ({k: mitigation.get(k) for k in ("message", "all_clean", "island", "culprits", "range",
                                                        "worst_cosine", "worst_max_abs")}
-                       | {"patched_model": mitigation["patched"]["path"]}) if mitigation else None,
+                       | {"patched_model": Path(mitigation["patched"]["path"]).name}) if mitigation else None,
     }
     doc["repro"] = repro
+    doc["repro_where"] = where
     return doc
+
+
+def other_targets(run_dir: Path, key: dict, version: str, predicate: Predicate) -> list[dict]:
+    """Verdicts of `version` on the other targets that probed the same model and batch (next to this run)."""
+    from harness.session import judged_records
+
+    found = []
+    for other in sorted(Path(run_dir).parent.glob("*/")):
+        okey = (RunStore(other).manifest() or {}).get("key") or {}
+        if other.name == Path(run_dir).name or (okey.get("model"), okey.get("batch")) != (key.get("model"), key.get("batch")):
+            continue
+        rec = judged_records(RunStore(other), predicate).get(version)
+        if rec and rec["verdict"] in ("good", "bad") and okey.get("session_options") == key.get("session_options"):
+            found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
+                          "version": version, "verdict": rec["verdict"], "why": rec["why"]})
+    return found
+
+
+FP16_CPUS = ("Arm Neoverse N1/V1/V2 (AWS Graviton2-4, Ampere Altra, Google Axion), Cortex-A76 and later; "
+             "without it (e.g. Cortex-A72, Raspberry Pi 4) onnxruntime keeps fp16 arithmetic in fp32")
+
+
+def where_it_reproduces(env: dict, elsewhere: list[dict], first_bad: str | None) -> str:
+    """The platform the verdicts came from, how to get one, and what other targets showed: for the repro."""
+    flag = env.get("fp16_flag")
+    text = f"Linux {env['arch']}, {env['backend']}, CPU {env['cpu_model']}"
+    text += f", fp16 arithmetic ({flag})." if flag else ", no fp16 arithmetic flag."
+    if env["arch"] == "aarch64" and flag == "asimdhp":
+        text += f" Native Linux aarch64 CPUs with fp16 vector arithmetic should show it: {FP16_CPUS}."
+    for o in elsewhere:
+        cpu = f", CPU {o['cpu']}" if o.get("cpu") else ""
+        text += (f" On {o['arch']} ({o['backend']}{cpu}) the same batch is {o['verdict']} on {o['version']}"
+                 + (": that platform does not reproduce it." if o["verdict"] == "good" else "."))
+    if first_bad and not any(o["arch"] != env["arch"] for o in elsewhere):
+        text += " Other architectures were not checked."
+    return text
 
 
 def environment(recs: dict[str, dict], key: dict, version: str, script: str = SCRIPT) -> dict:
@@ -155,92 +194,47 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
 # --- repro script --------------------------------------------------------------------------------
 
 
-def _npz_b64(path: Path) -> str:
-    with np.load(path) as d:
-        arrays = {k: d[k] for k in d.files}
-    buf = io.BytesIO()
-    np.savez_compressed(buf, **arrays)
-    return base64.b64encode(buf.getvalue()).decode()
+def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
+    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit."""
+    from harness.reduce import REDUCED
+
+    reduced = RunStore(store.dir / REDUCED)
+    doc = reduced.document("reduce")
+    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
+        return None
+    model = (reduced.dir / doc["model"]["file"]).read_bytes()
+    inputs = repro_mod.load_npz(reduced.dir / doc["inputs"]["file"])
+    if len(model) + len(repro_mod.npz_b64(inputs)) * 3 // 4 > embed_limit:
+        return None
+    return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
+            "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
 
 
-def _wrap(b64: str) -> str:
-    return "\n".join(textwrap.wrap(b64, 100))
-
-
-def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int) -> dict:
+def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
     model_path = Path(manifest["model"]["path"])
     data = model_path.read_bytes()
-    sha = hashlib.sha256(data).hexdigest()
     embedded = len(data) <= embed_limit and not manifest["model"].get("data_files")
-    model_block = (f'MODEL_B64 = """\n{_wrap(base64.b64encode(data).decode())}\n"""\n'
-                   f"MODEL = None  # embedded above\n") if embedded else \
-        (f"MODEL_B64 = None\nMODEL = {str(model_path)!r}  # sha256 {sha}\n")
-    script = f'''\
-"""Repro: {manifest["model"]["name"]} on onnxruntime (CPUExecutionProvider). Needs only onnxruntime and numpy.
-
-    pip install onnxruntime==VERSION numpy && python {SCRIPT} [MODEL.onnx]
-
-Prints the verdict; exit status 0 good, 1 bad. Bad means: {predicate} in the outputs {", ".join(key.get("outputs") or []) or "(all)"}.
-"""
-import base64, hashlib, io, sys
-import numpy as np
-import onnxruntime as ort
-
-{model_block}MODEL_SHA256 = {sha!r}
-OUTPUTS = {list(key.get("outputs") or [])!r}
-SESSION_OPTIONS = {json.dumps(key.get("session_options") or {})}
-PREDICATE = {str(predicate)!r}
-INPUTS_NPZ_B64 = """
-{_wrap(_npz_b64(Path(manifest["batch"]["path"])))}
-"""
-
-LEVELS = {json.dumps(GRAPH_LEVELS)}
+    hub = None
+    if manifest["model"].get("source") == "hub":
+        spec = models.registered()[manifest["model"]["name"]]
+        hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
+    return {"model": data if embedded else None, "sha256": hashlib.sha256(data).hexdigest(),
+            "file": model_path.name, "hub": hub, "inputs": repro_mod.load_npz(Path(manifest["batch"]["path"])),
+            "outputs": list(key.get("outputs") or [])}
 
 
-def main():
-    if len(sys.argv) > 1:
-        model = open(sys.argv[1], "rb").read()
-    elif MODEL_B64:
-        model = base64.b64decode(MODEL_B64)
-    else:
-        model = open(MODEL, "rb").read()
-    if hashlib.sha256(model).hexdigest() != MODEL_SHA256:
-        print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
-    feeds = dict(np.load(io.BytesIO(base64.b64decode(INPUTS_NPZ_B64))))
-    so = ort.SessionOptions()
-    if SESSION_OPTIONS.get("graph_optimization_level"):
-        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[SESSION_OPTIONS["graph_optimization_level"]])
-    if SESSION_OPTIONS.get("intra_op_num_threads") is not None:
-        so.intra_op_num_threads = int(SESSION_OPTIONS["intra_op_num_threads"])
-    sess = ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
-    names = OUTPUTS or [o.name for o in sess.get_outputs()]
-    outs = sess.run(names, feeds)
-    nan_rows = inf_rows = zero_rows = rows = 0
-    max_abs = 0.0
-    for a in outs:
-        a = np.asarray(a)
-        r = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
-        rows = max(rows, r.shape[0])
-        if a.dtype.kind == "f":
-            nan_rows += int(np.isnan(r).any(axis=1).sum())
-            inf_rows += int(np.isinf(r).any(axis=1).sum())
-            fin = r[np.isfinite(r)]
-            max_abs = max(max_abs, float(np.abs(fin).max()) if fin.size else 0.0)
-        zero_rows += int((r == 0).all(axis=1).sum())
-    kind, _, bound = PREDICATE.partition(">")
-    bad = {{"nan-or-inf": nan_rows + inf_rows > 0, "nan": nan_rows > 0, "zero-rows": zero_rows > 0,
-           "max-abs": bound and max_abs > float(bound)}}[kind]
-    verdict = "bad" if bad else "good"
-    print(f"onnxruntime {{ort.__version__}}: {{verdict}} ({{nan_rows}} NaN rows, {{inf_rows}} Inf rows of {{rows}})")
-    return 1 if bad else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-'''
-    path = store.save_file(SCRIPT, script)
-    return {"path": str(path), "model_embedded": embedded, "model": None if embedded else str(model_path),
-            "model_sha256": sha, "script": script}
+def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int,
+                where: str) -> dict:
+    reduced = _reduced_part(store, embed_limit)
+    full = _full_part(manifest, key, embed_limit)
+    title = f"{manifest['model']['name']} on onnxruntime (CPUExecutionProvider)"
+    script = repro_mod.script(title=title, predicate=str(predicate), session_options=key.get("session_options") or {},
+                              where=where, reduced=reduced, full=full)
+    store.save_file(SCRIPT, script)
+    return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
+            "model_sha256": full["sha256"], "hub": full["hub"],
+            "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
+            "script": script}
 
 
 # --- Markdown ----------------------------------------------------------------------------------
@@ -272,6 +266,10 @@ def markdown(doc: dict) -> str:
         mark = f"**{p['verdict']}**" if p["version"] in (lg, fb) else p["verdict"]
         L.append(f"| {p['version']} | {mark} | {p['nan_rows'] or 0} | {p['inf_rows'] or 0} | {p['rows'] or 0} |")
     L += ["", f"Last good: **{lg}**, first bad: **{fb}**." if fb else "", ""]
+    if doc.get("commits") and doc["commits"]["last_good"]:
+        c = doc["commits"]
+        L += ["### Commit range", "", f"Built from `{c['last_good']}` ({lg}, good) .. `{c['first_bad']}` ({fb}, bad), "
+              "as `onnxruntime.get_build_info()` reports them: " + (c["compare"] or ""), ""]
     if doc["explanation"]:
         L += ["### What changed", "", doc["explanation"]["text"], ""]
         if doc["explanation"].get("suspect"):
@@ -290,13 +288,23 @@ def markdown(doc: dict) -> str:
         m = doc["mitigation"]
         L += ["### Workaround", "", m["message"],
               f"Patched model (nodes kept in fp32 with Cast in / Cast out): `{m['patched_model']}`.", ""]
-    L += ["### To reproduce", "",
-          f"Model: `{doc['model']['name']}` (sha256 `{doc['repro']['model_sha256']}`)" +
-          ("; embedded in the script." if doc["repro"]["model_embedded"] else
-           f"; the script reads it from `{doc['repro']['model']}` or from the path given as its argument."),
-          "The batch is embedded in the script (base64 .npz). Only onnxruntime and numpy are needed:", "",
-          "```", f"pip install onnxruntime=={fb or doc['probes'][-1]['version']} numpy", f"python {SCRIPT}" +
-          ("" if doc["repro"]["model_embedded"] else " model.onnx"), "```", ""]
+    r = doc["repro"]
+    version = fb or doc["probes"][-1]["version"]
+    L += ["### To reproduce", "", f"Where: {doc['repro_where']}", ""]
+    if r["reduced"]:
+        red = r["reduced"]
+        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {red['nodes']} of the model's {red['of']} nodes "
+                 f"(original node names kept) on {red['rows']} row(s), checked good on {red['pair'][0]} and bad on "
+                 f"{red['pair'][1]} on the platform above. Only onnxruntime and numpy are needed:")
+    else:
+        L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+    full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
+            "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
+            if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model (sha256 {r['model_sha256'][:16]}...)")
+    L += ["", "```", f"pip install onnxruntime=={version} numpy"]
+    if r["reduced"]:
+        L.append("python repro.py                 # the reduced model")
+    L += [full, "```", ""]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({env['backend']}):", "", "```", env["reproduce"], "```", ""]
     L += ["<details><summary>repro.py</summary>", "", "```python", doc["repro"]["script"].rstrip(), "```", "",
@@ -312,5 +320,5 @@ def markdown(doc: dict) -> str:
         L.append(f"| {k} | {str(v).replace('|', '/')} |")
     if env.get("build_info"):
         L.append(f"| Build info ({env['seen_in']}) | {env['build_info'].replace('|', '/')} |")
-    L += ["", f"<sub>Generated by ortbisect from {doc['run_dir']} ({shlex.quote(doc['run_id'])}).</sub>", ""]
+    L += ["", f"<sub>Generated by ortbisect (run {doc['run_id']}).</sub>", ""]
     return "\n".join(L)

@@ -12,21 +12,7 @@ import onnx
 import pytest
 
 import builders
-from harness.uvtool import uv_bin
-
-
-def fresh_env(tmp: Path, version: str) -> Path:
-    """A new uv environment with only onnxruntime==version and numpy."""
-    env = tmp / f"venv-{version}"
-    subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
-    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
-                    f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
-    return env / "bin" / "python"
-
-
-def run_script(python: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(python), str(script), *args], capture_output=True, text=True, timeout=300,
-                          cwd=script.parent, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+from builders import fresh_env, run_script
 
 
 def cli(bisect, *args, results: Path):
@@ -105,11 +91,11 @@ def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
     doc = json.loads(bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
                             "--format", "json").stdout)
     assert (doc["last_good"], doc["first_bad"], doc["newest"]["verdict"]) == ("1.19.2", "1.20.0", "bad")
-    script = Path(doc["repro"]["path"])
+    script = results / run_id / doc["repro"]["file"]
     for version, verdict, rc in (("1.20.0", "bad", 1), ("1.19.2", "good", 0)):
         out = run_script(fresh_env(tmp, version), script)
         assert out.returncode == rc, out.stderr
-        assert out.stdout.startswith(f"onnxruntime {version}: {verdict}")
+        assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict}")
         if verdict == "bad":
             assert "7 NaN rows" in out.stdout
 

@@ -35,5 +35,5 @@ def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
     doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
                          embed_limit=embed_limit, log=log_to_stderr)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
-    err.print(f"repro script: {doc['repro']['path']}")
+    err.print(f"repro script: {run_dir / doc['repro']['file']}")
     return 0
