@@ -142,3 +142,27 @@ def test_hub_model_runs_on_1_24_1(bisect, tmp_path):
     assert r.returncode == 3, r.stderr
     (probe,) = r.json()["probes"]
     assert (probe["verdict"], probe["rows"]) == ("good", 20), probe
+
+
+@pytest.mark.release
+def test_report_of_a_hub_model_fetches_it_by_revision_and_names_no_local_path(bisect, tmp_path):
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    env = {"HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1"}
+    results = tmp_path / "results"
+    r = bisect("sweep", "--model", "embeddinggemma", "--from", "1.24.1", "--to", "1.24.1", "--json", results=results,
+               env=env)
+    assert r.returncode == 3, r.stderr
+    run_id = r.json()["run_id"]
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe",
+                 env=env)
+    assert rep.returncode == 0, rep.stderr
+    script = (results / run_id / "repro.py").read_text()
+    namespace: dict = {}
+    exec(script.split("\ndef session(")[0].split("import onnxruntime as ort\n")[1], namespace)  # the constants
+    assert namespace["FULL_MODEL_HUB"] == {"repo_id": SPEC.repo, "revision": SPEC.revision,
+                                           "files": [SPEC.model_file, *SPEC.extra_files]}
+    assert namespace["FULL_MODEL_B64"] is None  # a hub model is fetched, never embedded
+    assert "--full     # the full model, fetched from the hub" in script
+    for text in (rep.stdout, script):
+        for local in (str(tmp_path), str(bisect.cache_dir), str(Path.home()), "/tmp/", "/root/"):
+            assert local not in text, local
