@@ -131,6 +131,17 @@ def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_pat
         assert full.returncode == rc, full.stdout + full.stderr
         assert "full model" in full.stdout
 
+    # triage on the reduced repro, which says so
+    opts = bisect("options", "--reduced", str(run_dir), "--version", "1.20.0", "--levels", "all,disable", "--modes",
+                  "sequential", "--threads", "1", "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results),
+                  "--json")
+    assert opts.returncode == 0, opts.stderr
+    assert opts.json()["reduced_repro"].startswith(f"on the reduced repro of {doc['run_id']}: {red['nodes']['after']} of")
+    assert {c["verdict"] for c in opts.json()["combos"]} == {"bad"}
+    sweep = bisect("sweep", "--reduced", str(run_dir), "--from", "1.19.2", "--to", "1.20.0", "--json", results=results)
+    assert sweep.returncode == 0, sweep.stderr
+    assert [p["verdict"] for p in sweep.json()["probes"]] == ["good", "bad"] and sweep.json()["reduced_repro"]
+
 
 @pytest.mark.release
 def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh):

@@ -31,7 +31,7 @@ def compose(*decorators):
 
 
 model_options = compose(
-    click.option("--model", "model", required=True, help="Registered model name (see `bisect models`) or path to an .onnx file."),
+    click.option("--model", "model", help="Registered model name (see `bisect models`) or path to an .onnx file."),
     click.option("--inputs", type=click.Path(path_type=Path), help="Batch as .npz (one array per model input). Default: the model's repro batch."),
     click.option("--output", "outputs", multiple=True, help="Output to check (repeatable). Default: the model's registered outputs, else all."),
 )
@@ -89,6 +89,50 @@ triage_options = compose(
 )
 
 
+reduced_option = click.option(
+    "--reduced", "reduced", metavar="RUN", default=None,
+    help="Run on the reduced repro of RUN (`bisect reduce`) instead of --model: its model, inputs and target.")
+
+
+def run_dir_of(run: str, results_dir: Path) -> Path:
+    """RUN as a results/<run-id> directory, or a run id in --results-dir."""
+    from harness.errors import UsageError
+    from harness.results import MANIFEST
+
+    path = Path(run)
+    if not (path / MANIFEST).exists():
+        path = Path(results_dir) / run
+    if not (path / MANIFEST).exists():
+        raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
+    return path
+
+
+def on_reduced(opts: dict) -> tuple[dict, str | None]:
+    """With --reduced RUN: the options with the reduced model, inputs and the run's target, and a line saying so."""
+    from harness.errors import UsageError
+    from harness.reduce import REDUCED
+    from harness.results import RunStore
+
+    if not opts.get("reduced"):
+        if not opts.get("model"):
+            raise UsageError("--model: give a model (a registered name or an .onnx file), or --reduced RUN")
+        return opts, None
+    if opts.get("model") or opts.get("inputs"):
+        raise UsageError("--reduced RUN brings its own model and inputs: leave out --model and --inputs")
+    run_dir = run_dir_of(opts["reduced"], opts.get("results_dir") or DEFAULT_RESULTS_DIR)
+    store = RunStore(run_dir / REDUCED)
+    doc = store.document("reduce")
+    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
+        raise UsageError(f"--reduced {opts['reduced']}: no verified reduced model there; run `bisect reduce {opts['reduced']}`")
+    key = RunStore(run_dir).manifest()["key"]
+    opts = {**opts, "model": str(store.dir / doc["model"]["file"]), "inputs": store.dir / doc["inputs"]["file"],
+            "outputs": (), "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
+            "python": key["python"]}
+    note = (f"on the reduced repro of {run_dir.name}: {doc['nodes']['after']} of {doc['nodes']['before']} nodes, "
+            f"{doc['rows']['after']} of {doc['rows']['before']} rows ({doc['pair'][0]} good, {doc['pair'][1]} bad)")
+    return opts, note
+
+
 def log_to_stderr(msg) -> None:
     """Progress of a long step (provisioning, tracing) for the user, on stderr."""
     err.print(escape(str(msg)))
@@ -96,8 +140,11 @@ def log_to_stderr(msg) -> None:
 
 def search_spec(opts: dict):
     """The search the command line asks for; options a command does not take keep their defaults."""
+    from harness.errors import UsageError
     from harness.plan import SearchSpec
 
+    if not opts.get("model"):
+        raise UsageError("--model: give a model (a registered name or an .onnx file)")
     session_options = {}
     if opts.get("graph_opt"):
         session_options["graph_optimization_level"] = opts["graph_opt"]

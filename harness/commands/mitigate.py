@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import (jobs_option, log_to_stderr, model_options, out, range_options, search_spec,
+from harness.commands.common import (jobs_option, log_to_stderr, model_options, on_reduced, reduced_option, out, range_options, search_spec,
                                      store_options, target_options, triage_options)
 from harness.errors import UsageError
 
 
 @click.command("mitigate")
 @model_options
+@reduced_option
 @range_options
 @target_options
 @store_options
@@ -31,6 +32,7 @@ def command(nodes, reference_model, hot, jobs, as_json, **opts):
     from harness.plan import make_plan
     from harness.render import mitigation_table
 
+    opts, reduced = on_reduced(opts)
     spec = search_spec(opts)
     plan = make_plan(spec, log=log_to_stderr)
     log = (lambda msg: None) if as_json else log_to_stderr
@@ -39,10 +41,12 @@ def command(nodes, reference_model, hot, jobs, as_json, **opts):
     except (KeyError, ValueError) as exc:
         raise UsageError(str(exc)) from None
     if not as_json:
+        if reduced:
+            out.print(escape(f"Ran {reduced}."))
         out.print(mitigation_table(doc))
         out.print(escape(doc["message"]))
         out.print(f"patched model: {doc['patched']['path']}")
         out.print(f"[dim]results: {plan.store.dir / (mitigate.MITIGATION + '.json')}[/]")
     else:
-        out.print_json(json.dumps(doc))
+        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
     return 0 if doc["all_clean"] else 3

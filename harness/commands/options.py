@@ -7,7 +7,7 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, out, search_spec, store_options,
+from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, on_reduced, reduced_option, out, search_spec, store_options,
                                      target_options, triage_options)
 from harness.errors import UsageError
 
@@ -22,6 +22,7 @@ def csv_choice(text: str, allowed: tuple[str, ...], flag: str) -> list[str]:
 
 @click.command("options")
 @model_options
+@reduced_option
 @click.option("--version", "version", required=True, metavar="VERSION", help="Release to probe (e.g. the first bad one).")
 @target_options
 @store_options
@@ -44,6 +45,7 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     th = [t.strip() for t in threads_.split(",") if t.strip()]
     if not th or any(t != "all" and not t.isdigit() for t in th):
         raise UsageError(f"--threads {threads_!r}: give 1, all or numbers, comma separated")
+    opts, reduced = on_reduced(opts)
     plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)
 
     def show(combo, rec, reused):
@@ -55,8 +57,10 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     doc = triage.options_matrix(plan, plan.releases[0], levels=lv, modes=md, threads=th, switches=switches,
                                 jobs=jobs, observer=show)
     if as_json:
-        out.print_json(json.dumps(doc))
+        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
     else:
+        if reduced:
+            out.print(escape(f"Ran {reduced}."))
         out.print(options_table(doc))
         out.print(escape(doc["message"]))
         if doc["support"]["module"] is None:

@@ -4,23 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import click
 
-from harness.commands.common import json_option, log_to_stderr, out, results_dir_option, store_options
-from harness.errors import UsageError
-from harness.results import MANIFEST
-
-
-def run_dir_of(run: str, results_dir: Path) -> Path:
-    """RUN as a results/<run-id> directory, or a run id in --results-dir."""
-    path = Path(run)
-    if not (path / MANIFEST).exists():
-        path = results_dir / run
-    if not (path / MANIFEST).exists():
-        raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
-    return path
+from harness.commands.common import json_option, log_to_stderr, out, results_dir_option, run_dir_of, store_options
 
 
 @click.command("reduce")

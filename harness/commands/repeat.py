@@ -7,12 +7,13 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, out, search_spec, store_options,
+from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, on_reduced, reduced_option, out, search_spec, store_options,
                                      target_options, triage_options)
 
 
 @click.command("repeat")
 @model_options
+@reduced_option
 @click.option("--version", "version", required=True, metavar="VERSION")
 @click.option("-n", "n", type=click.IntRange(min=2), default=5, show_default=True, help="Identical probes (fresh processes).")
 @target_options
@@ -25,6 +26,7 @@ def command(version, n, as_json, **opts):
     from harness import triage
     from harness.plan import plan_for_release
 
+    opts, reduced = on_reduced(opts)
     plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)
 
     def show(i, rec):
@@ -35,8 +37,10 @@ def command(version, n, as_json, **opts):
 
     doc = triage.repeat_probe(plan, plan.releases[0], n, observer=show)
     if as_json:
-        out.print_json(json.dumps(doc))
+        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
     else:
+        if reduced:
+            out.print(escape(f"Ran {reduced}."))
         for name, hashes in doc["per_output"].items():
             out.print(f"{name}: {len(hashes)} distinct sha256 in {n} runs" +
                       ("" if len(hashes) == 1 else ": " + ", ".join(h[:16] for h in hashes)))

@@ -7,13 +7,14 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (EXIT_INTERRUPTED, err, log_to_stderr, model_options, out, probe_options,
+from harness.commands.common import (EXIT_INTERRUPTED, err, log_to_stderr, model_options, on_reduced, reduced_option, out, probe_options,
                                      range_options, search_spec, store_options, target_options)
 from harness.errors import UsageError
 
 
 @click.command("run")
 @model_options
+@reduced_option
 @range_options
 @target_options
 @store_options
@@ -32,6 +33,9 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     """One search per requested architecture, each with its own results; the tables or one JSON object."""
     from harness.vocabulary import canonical_arch
 
+    opts, reduced = on_reduced(opts)
+    if reduced:
+        err.print(escape(f"Running {reduced}."))
     archs = [canonical_arch(a) for a in opts["arch"].split(",") if a.strip()]
     if not archs or len(set(archs)) != len(archs):
         raise UsageError(f"--arch {opts['arch']!r}: give distinct architectures, e.g. x86_64,aarch64")
@@ -41,6 +45,8 @@ def search_and_render(opts: dict, sweep: bool) -> int:
         if doc is None:
             return EXIT_INTERRUPTED
         docs.append(doc)
+    for d in docs:
+        d["reduced_repro"] = reduced
     if opts["as_json"]:
         out.print_json(json.dumps(docs[0] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for d in docs}}))
     from harness.summary import exit_status

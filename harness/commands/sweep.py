@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import model_options, probe_options, range_options, store_options, target_options
+from harness.commands.common import model_options, reduced_option, probe_options, range_options, store_options, target_options
 from harness.commands.run import search_and_render
 
 
 @click.command("sweep")
 @model_options
+@reduced_option
 @range_options
 @target_options
 @store_options
