@@ -7,7 +7,9 @@ command is adding a module and a name to COMMANDS.
 from __future__ import annotations
 
 import importlib
+import json
 import sys
+import warnings
 
 import click
 from rich.markup import escape
@@ -15,6 +17,7 @@ from rich.markup import escape
 from harness import __version__
 from harness.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, err
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
+from harness.results import TornLineWarning
 
 COMMANDS = ("run", "sweep", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
             "matrix", "merge", "dashboard", "setup", "doctor")
@@ -31,24 +34,52 @@ for _name in COMMANDS:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. A failure is an exit status (1 environment or internal, 2 bad input, 130
+    interrupted), one line on stderr and, when the command line has --json, one JSON object
+    `{"error": ..., "exit_status": ...}` on stdout."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in (args[:args.index("--")] if "--" in args else args)
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if issubclass(category, TornLineWarning):
+            err.print(f"warning: {escape(str(message))}")
+        else:
+            shown(message, category, filename, lineno, file, line)
+
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        try:
+            status, message, said = _run(args)
+        except Exception as exc:  # a bug: the traceback follows on stderr
+            if as_json:
+                click.echo(json.dumps({"error": f"internal error: {type(exc).__name__}: {exc}",
+                                       "exit_status": EXIT_FAILURE}))
+            raise
+    if message is not None:
+        if not said:
+            err.print(message if status == EXIT_INTERRUPTED else f"error: {escape(message)}")
+        if as_json:
+            click.echo(json.dumps({"error": message, "exit_status": status}))
+    return status
+
+
+def _run(args: list[str]) -> tuple[int, str | None, bool]:
+    """(exit status, the failure's one line or None, whether the command has said it already)."""
     try:
-        rc = cli.main(args=argv, standalone_mode=False)
-    except click.exceptions.Abort:
-        err.print("interrupted")
-        return EXIT_INTERRUPTED
+        rc = cli.main(args=args, standalone_mode=False)
+    except (click.exceptions.Abort, KeyboardInterrupt):
+        return EXIT_INTERRUPTED, "interrupted", False
     except click.ClickException as exc:
-        err.print(f"error: {escape(exc.format_message())}")
-        return EXIT_USAGE
+        return EXIT_USAGE, exc.format_message(), False
     except (UsageError, EnvironmentSkip) as exc:
-        err.print(f"error: {escape(str(exc))}")
-        return EXIT_USAGE
+        return EXIT_USAGE, str(exc), False
     except HarnessError as exc:
-        err.print(f"error: {escape(str(exc))}")
-        return EXIT_FAILURE
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        return EXIT_INTERRUPTED
-    return rc if isinstance(rc, int) else 0
+        return EXIT_FAILURE, str(exc), False
+    rc = rc if isinstance(rc, int) else 0
+    if rc == EXIT_INTERRUPTED:  # the command stopped and said so (what is saved, how to resume)
+        return rc, "interrupted", True
+    return rc, None, False  # a command that returns 1 or 2 has printed its own result (matrix: "failed")
 
 
 if __name__ == "__main__":

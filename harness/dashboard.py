@@ -136,16 +136,33 @@ def _judge(records: list[dict], predicate: str, summary: dict | None):
     return judged
 
 
-def collect(root: Path, warn=lambda msg: None) -> list[Row]:
-    """A row per (run, predicate) under `root`; an unreadable run is left out and `warn` hears why."""
+def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
+    """A row per (run, predicate) under `root`.
+
+    A run whose manifest cannot be read, or whose probes.jsonl holds a complete
+    line that is not a probe record, is left out: `warn` hears why and
+    `left_out` gets (run directory, reason). A last line cut off mid-write is
+    only warned about.
+    """
     rows = []
+    left_out = [] if left_out is None else left_out
     for d in run_dirs(root):
         try:
             man = read_manifest(d)
         except UsageError as exc:  # an unreadable run is left out of the page, with a note on stderr
             warn(f"skipping {d}: {exc}")
+            left_out.append((d, str(exc)))
             continue
-        records = RunStore(d).records()
+        evidence = RunStore(d).read()
+        if evidence.corrupt:
+            more = f" (and {len(evidence.corrupt) - 1} more)" if len(evidence.corrupt) > 1 else ""
+            reason = f"{evidence.corrupt[0]}{more}"
+            warn(f"skipping {d}: {reason}")
+            left_out.append((d, reason))
+            continue
+        if evidence.torn:
+            warn(f"{evidence.torn}: left out")
+        records = evidence.records
         key = man["key"]
         prov = {k: key.get(k) for k in PROVENANCE_KEYS}
         options = key.get("session_options") or {}
@@ -385,7 +402,16 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
     return "\n".join(out)
 
 
-def render(rows: list[Row], title: str = "ortbisect dashboard") -> str:
+def _left_out_html(left_out: list) -> str:
+    if not left_out:
+        return ""
+    items = "".join(f'<li><span class="mono">{e(d.name)}</span>: {e(why)}</li>' for d, why in left_out)
+    return (f'<div class="left-out" data-count="{len(left_out)}"><p class="note"><b>{len(left_out)} run(s) left out</b>: '
+            f"a file of theirs cannot be read (<code>bisect merge --quarantine</code> sets unreadable probe lines "
+            f"aside).</p><ul>{items}</ul></div>")
+
+
+def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = ()) -> str:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_model[r.model].append(r)
@@ -399,7 +425,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard") -> str:
              f"<h1>{e(title)}</h1>",
              (f'<p class="note">Generated {e(generated)} from {sum(len(r.cells) for r in rows)} release verdicts in '
               f"{len({r.run_id for r in rows})} run(s). Each cell shows the verdict of the release's newest probe.</p>"),
-             f'<p class="legend">{legend}</p>']
+             f'<p class="legend">{legend}</p>', _left_out_html(list(left_out))]
     if not rows:
         parts.append("<p>No results yet.</p>")
     for n, model in enumerate(sorted(by_model)):
@@ -420,17 +446,20 @@ def copy_raw(rows: list[Row], out: Path) -> None:
                 shutil.copytree(d / sub, dst / sub, dirs_exist_ok=True)
 
 
-def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda msg: None) -> Path:
+def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda msg: None,
+          left_out: list | None = None) -> Path:
+    """The page (and dashboard.json, data/); runs that cannot be read go in `left_out` (see collect)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError("bisect dashboard draws its charts with matplotlib, which is not installed "
                          "(uv run --with matplotlib bisect dashboard ...)") from None
-    rows = collect(root, warn)
+    left_out = [] if left_out is None else left_out
+    rows = collect(root, warn, left_out)
     out.mkdir(parents=True, exist_ok=True)
     copy_raw(rows, out)
     page = out / "index.html"
-    page.write_text(render(rows, title), encoding="utf-8")
+    page.write_text(render(rows, title, left_out), encoding="utf-8")
     grid = {r.run_id + "/" + r.predicate: {"model": r.model, "target": r.target, "first_bad": r.first_bad,
                                             "last_good": r.last_good,
                                             "verdicts": {v: c["verdict"] for v, c in r.cells.items()},

@@ -13,6 +13,12 @@ Rules (results/<run-id>/probes.jsonl is the history; nothing here deletes or rew
   directory whose run id exists there must carry the same manifest key (model
   and batch digests, outputs, session options, runner provenance); otherwise
   the whole merge is refused before anything is written.
+* A line of a source's (or the root's) probes.jsonl that is not a probe record
+  refuses the merge too (HarnessError naming the file and the line), unless
+  `quarantine`: then it is set aside in the root run's quarantine.jsonl (source
+  file, line number, raw text) and counted, and a root run's own such lines are
+  moved there out of its probes.jsonl. A last line cut off mid-write is not
+  refused: it is counted as torn (and set aside under `quarantine`).
 """
 
 from __future__ import annotations
@@ -23,8 +29,8 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import UsageError
-from harness.results import MANIFEST, RunStore, write_atomic
+from harness.errors import HarnessError, UsageError
+from harness.results import MANIFEST, PROBES, QUARANTINE, Evidence, RunStore, write_atomic
 
 SIDE_DIRS = ("cells", "traces")  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 
@@ -125,12 +131,25 @@ class MergeReport:
     already: int = 0
     created: bool = False
     files: list[str] = field(default_factory=list)
+    quarantined: int = 0  # lines that are not records, set aside in `quarantine`
+    torn: list[str] = field(default_factory=list)  # last lines cut off mid-write, one sentence each
+    quarantine: Path | None = None
+
+    def doc(self) -> dict:
+        return {"run_id": self.run_id, "source": str(self.source), "added": self.added, "already": self.already,
+                "created": self.created, "files": self.files, "quarantined": self.quarantined,
+                "torn": len(self.torn), "quarantine": str(self.quarantine) if self.quarantine else None}
 
 
-def merge(root: Path, sources: list[Path]) -> list[MergeReport]:
-    """Fold the run directories found in `sources` into `root`. All-or-nothing on key conflicts."""
+def merge(root: Path, sources: list[Path], quarantine: bool = False) -> list[MergeReport]:
+    """Fold the run directories found in `sources` into `root`.
+
+    All-or-nothing on key conflicts and, unless `quarantine`, on a line that is
+    not a probe record (see the module's rules).
+    """
     root = Path(root)
     plan: list[tuple[Path, dict]] = []
+    own: list[Path] = []  # runs of the root named as sources: only their own lines are checked
     by_id: dict[str, dict] = {}
     for src in sources:
         src = Path(src)
@@ -141,7 +160,8 @@ def merge(root: Path, sources: list[Path]) -> list[MergeReport]:
             raise UsageError(f"{src}: no run directories (with {MANIFEST}) in it")
         for d in dirs:
             if d.resolve().parent == root.resolve():
-                continue  # already in the root
+                own.append(root / d.name)  # already in the root
+                continue
             m = read_manifest(d)
             check_consistent(d, m)
             other = by_id.get(d.name)
@@ -152,11 +172,46 @@ def merge(root: Path, sources: list[Path]) -> list[MergeReport]:
                                  f"({_key_difference(other['key'], m['key'])}); refusing to merge")
             by_id[d.name] = m
             plan.append((d, m))
+    evidence = {d: RunStore(d).read() for d, _ in plan}
+    targets = list(dict.fromkeys([*own, *(root / d.name for d, _ in plan if (root / d.name / PROBES).is_file())]))
+    checked = list(evidence.values()) + [RunStore(t).read() for t in targets]
+    corrupt = [b for ev in checked for b in ev.corrupt]
+    if corrupt and not quarantine:
+        more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
+        raise HarnessError(f"{corrupt[0]}{more}; nothing merged (--quarantine sets such lines aside "
+                           f"in the run's {QUARANTINE} and merges the rest)")
     root.mkdir(parents=True, exist_ok=True)
-    return [_merge_one(root, d, m) for d, m in plan]
+    repaired: set[Path] = set()
+    reports = [_repair(RunStore(t), MergeReport(t.name, t), quarantine, repaired) for t in own]
+    return [r for r in reports if r.quarantined or r.torn] + \
+        [_merge_one(root, d, m, evidence[d], quarantine, repaired) for d, m in plan]
 
 
-def _merge_one(root: Path, src: Path, m: dict) -> MergeReport:
+def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[Path]) -> MergeReport:
+    """A root run's own lines that are not records: moved to its quarantine file (`quarantine`), or
+    reported; once per run."""
+    if store.dir in repaired:
+        return rep
+    repaired.add(store.dir)
+    ev = store.read()
+    if ev.torn:
+        rep.torn.append(_torn_note(ev, quarantine))
+    if quarantine and ev.bad:
+        store.set_aside(ev.bad)
+        store.drop_unreadable(ev)
+        rep.quarantined += len(ev.bad)
+        rep.quarantine = store.dir / QUARANTINE
+    elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
+        raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
+    return rep
+
+
+def _torn_note(ev: Evidence, quarantine: bool) -> str:
+    fate = "set aside" if quarantine else "left out"
+    return f"{ev.torn}: {fate}"
+
+
+def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, repaired: set[Path]) -> MergeReport:
     dst = root / src.name
     rep = MergeReport(src.name, src, created=not (dst / MANIFEST).is_file())
     (dst / "outputs").mkdir(parents=True, exist_ok=True)
@@ -173,17 +228,24 @@ def _merge_one(root: Path, src: Path, m: dict) -> MergeReport:
         merged["created"] = min(cur.get("created") or "~", m.get("created") or "~")
         if merged != cur:
             write_atomic(dst / MANIFEST, json.dumps(merged, indent=1))
-    # probes: append the records not there yet, oldest first
+    # probes: the root run's own unreadable lines first, then the records not there yet, oldest first
     store = RunStore(dst)
-    have = {record_id(r) for r in store.records()}
-    new = [(i, r) for i, r in enumerate(RunStore(src).records()) if record_id(r) not in have]
+    _repair(store, rep, quarantine, repaired)
+    if ev.torn:
+        rep.torn.append(_torn_note(ev, quarantine))
+    if quarantine and ev.bad:
+        store.set_aside(ev.bad)
+        rep.quarantined += len(ev.bad)
+        rep.quarantine = dst / QUARANTINE
+    have = {record_id(r) for r in store.read().records}
+    new = [(i, r) for i, r in enumerate(ev.records) if record_id(r) not in have]
     for _, rec in sorted(new, key=newest_key):
         if record_id(rec) in have:
             continue
         store.append(rec)
         have.add(record_id(rec))
         rep.added += 1
-    rep.already = len(RunStore(src).records()) - rep.added
+    rep.already = len(ev.records) - rep.added
     # outputs and side files: copy what is missing; a cell summary is replaced by a newer one
     for sub in ("outputs", *SIDE_DIRS):
         for f in sorted((src / sub).glob("*")) if (src / sub).is_dir() else []:

@@ -2,6 +2,7 @@
 
     results/<run-id>/manifest.json   what was run: command, digests, platform
     results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
+    results/<run-id>/quarantine.jsonl  lines set aside by `merge --quarantine` (not probe records)
     results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
     results/<run-id>/cells/          the latest summary of each search over this run
     results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
@@ -10,6 +11,14 @@
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
 
 Only this module decides where those files go; the rest asks the store.
+
+A line of probes.jsonl that is not a probe record is never passed over in
+silence: `records()` refuses it (HarnessError naming the file and the line),
+`read()` hands it to the caller to judge (merge sets it aside, the dashboard
+leaves the run out). The one expected damage is a last line cut off mid-write
+(a crash, a full disk), with no newline: it is reported once (TornLineWarning)
+and cut off by the next append; a last line that is a whole record and lacks
+only its newline is a record.
 
 The run id is derived from what decides a probe's outcome (model and batch
 digests, target, backend, session options), so running the same command
@@ -24,14 +33,16 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import __version__
-from harness.errors import UsageError
+from harness.errors import HarnessError, UsageError
 
 MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
+QUARANTINE = "quarantine.jsonl"
 EXPLANATION = "explanation"
 
 
@@ -48,6 +59,45 @@ def write_atomic(path: Path, content: str | bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class TornLineWarning(UserWarning):
+    """probes.jsonl ends in a line cut off mid-write: left out, said once."""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of probes.jsonl that is not a probe record."""
+
+    path: Path
+    line: int  # 1-based
+    raw: str  # the line's text; bytes that are not UTF-8 kept as surrogate escapes
+    why: str
+    torn: bool = False  # the last line, with no newline: a write cut off
+
+    def entry(self) -> dict:
+        """What the quarantine file keeps of it."""
+        return {"source": str(self.path), "line": self.line, "raw": self.raw, "why": self.why, "torn": self.torn}
+
+    def __str__(self) -> str:
+        return f"{self.path} line {self.line}: {self.why}"
+
+
+@dataclass
+class Evidence:
+    """Everything probes.jsonl holds: its records, and the lines that are not records."""
+
+    path: Path
+    records: list[dict] = field(default_factory=list)
+    corrupt: list[BadLine] = field(default_factory=list)  # complete lines (newline-terminated)
+    torn: BadLine | None = None  # the last line, cut off mid-write
+
+    @property
+    def bad(self) -> list[BadLine]:
+        return self.corrupt + ([self.torn] if self.torn else [])
+
+
+_reported_torn: set[tuple[str, int]] = set()
 
 
 @dataclass
@@ -92,37 +142,99 @@ class RunStore:
     def append(self, record: dict) -> None:
         """Append one probe as a single write, flushed to disk before returning.
 
-        A line torn by an earlier failure (a full disk, a crash mid-write) is cut
-        off first, so it can never swallow the record written after it.
+        A last line torn by an earlier failure (a full disk, a crash mid-write)
+        is cut off first, so it can never swallow the record written after it;
+        a last line that is a whole record lacking only its newline gets it. If
+        this write fails, what it wrote is taken back: the file ends as it began.
         """
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            _cut_torn_tail(fd)
-            written = os.write(fd, line)
-            if written != len(line):
-                _cut_torn_tail(fd)
-                raise OSError(28, os.strerror(28))
-            os.fsync(fd)
-        except OSError:
-            _cut_torn_tail(fd)
-            raise
+            _settle_tail(fd)
+            start = os.fstat(fd).st_size
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(28, os.strerror(28))
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, start)
+                raise
         finally:
             os.close(fd)
 
-    def records(self) -> list[dict]:
-        """Every complete probe line; a line torn by a crash mid-write is ignored."""
+    def read(self) -> Evidence:
+        """probes.jsonl as it is: the records, and every line that is not one (for the caller to judge)."""
+        path = self.dir / PROBES
+        ev = Evidence(path)
         try:
-            raw = (self.dir / PROBES).read_text()
-        except OSError:
-            return []
-        out = []
-        for line in raw.splitlines():
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-        return out
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return ev
+        except OSError as exc:
+            raise HarnessError(f"cannot read {path}: {exc.strerror or exc}") from None
+        lines = data.split(b"\n")
+        last = lines.pop()  # b"" when the file ends with a newline
+        for n, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue  # an empty line holds nothing
+            rec, why = _parse(raw)
+            if why:
+                ev.corrupt.append(BadLine(path, n, raw.decode("utf-8", "surrogateescape"), why))
+            else:
+                ev.records.append(rec)
+        if last:
+            rec, why = _parse(last)
+            if why:
+                ev.torn = BadLine(path, len(lines) + 1, last.decode("utf-8", "surrogateescape"),
+                                  f"cut off mid-write ({len(last)} bytes, no newline; {why})", torn=True)
+            else:
+                ev.records.append(rec)  # a whole record that lacks only its newline
+        return ev
+
+    def records(self) -> list[dict]:
+        """Every probe record, in file order.
+
+        A complete line that is not a record stops the reader (HarnessError naming
+        the file and the line); a last line cut off mid-write is left out and
+        reported once (TornLineWarning), since resuming after a crash must work.
+        """
+        ev = self.read()
+        if ev.corrupt:
+            bad = ev.corrupt[0]
+            more = f" (and {len(ev.corrupt) - 1} more)" if len(ev.corrupt) > 1 else ""
+            raise HarnessError(f"{bad}{more}; a record that cannot be read is not skipped: set it aside with "
+                               f"`bisect merge {self.dir.parent} {self.dir} --quarantine`")
+        if ev.torn and (str(ev.path), len(ev.torn.raw)) not in _reported_torn:
+            _reported_torn.add((str(ev.path), len(ev.torn.raw)))
+            warnings.warn(TornLineWarning(f"{ev.torn}: left out; the next probe recorded cuts it off"), stacklevel=2)
+        return ev.records
+
+    def set_aside(self, bad: list[BadLine]) -> int:
+        """Keep lines that are not records in quarantine.jsonl (once each); how many were new."""
+        path = self.dir / QUARANTINE
+        try:
+            have = {json.dumps(json.loads(x), sort_keys=True) for x in path.read_text().splitlines() if x.strip()}
+        except FileNotFoundError:
+            have = set()
+        except (OSError, ValueError) as exc:
+            raise HarnessError(f"cannot read {path}: {exc}") from None
+        new = [e for e in (json.dumps(b.entry(), sort_keys=True) for b in bad) if e not in have]
+        if new:
+            with open(path, "a") as f:
+                f.write("".join(e + "\n" for e in dict.fromkeys(new)))
+                f.flush()
+                os.fsync(f.fileno())
+        return len(dict.fromkeys(new))
+
+    def drop_unreadable(self, ev: Evidence) -> None:
+        """Rewrite probes.jsonl without the lines of `ev.bad` (set them aside first): only for `--quarantine`."""
+        drop = {b.line: b.raw for b in ev.bad}
+        lines = ev.path.read_bytes().split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        kept = [x + b"\n" for n, x in enumerate(lines, 1) if drop.get(n) != x.decode("utf-8", "surrogateescape")]
+        write_atomic(ev.path, b"".join(kept))
 
     def save_summary(self, key: str, doc: dict) -> Path:
         """The latest summary of one search over this run (a matrix cell, or a `bisect run`)."""
@@ -176,11 +288,34 @@ class RunStore:
             pass
 
 
-def _cut_torn_tail(fd: int) -> None:
-    """Truncate the file after its last complete line."""
+def _parse(raw: bytes) -> tuple[dict | None, str | None]:
+    """(record, None), or (None, why the line is not a probe record)."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(rec, dict) or not isinstance(rec.get("version"), str) or not isinstance(rec.get("status"), str):
+        return None, "not a probe record (JSON without a version and a status)"
+    return rec, None
+
+
+def _settle_tail(fd: int) -> None:
+    """Make the file end with a newline: complete a last line that is a whole record, cut off a torn one."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
-    tail = max(0, size - (1 << 20))
-    chunk = os.pread(fd, size - tail, tail)
-    os.ftruncate(fd, tail + chunk.rfind(b"\n") + 1)
+    cut, pos = 0, size
+    while pos > 0:  # the start of the last line
+        start = max(0, pos - (1 << 16))
+        i = os.pread(fd, pos - start, start).rfind(b"\n")
+        if i >= 0:
+            cut = start + i + 1
+            break
+        pos = start
+    if _parse(os.pread(fd, size - cut, cut))[1] is None:
+        if os.write(fd, b"\n") != 1:
+            raise OSError(28, os.strerror(28))
+    else:
+        os.ftruncate(fd, cut)

@@ -57,13 +57,29 @@ def parse_predicate(text: str) -> Predicate:
 
 
 def rows_summary(result: dict | None) -> dict:
-    """NaN / Inf / zero rows over all outputs (a row counts once per output)."""
-    outs = (result or {}).get("outputs") or []
+    """NaN / Inf / zero rows of the batch: a row is bad once, however many outputs it is bad in.
+
+    The worker counts rows across the outputs that have one row per batch row
+    (`result["rows"]`). An output it left out of that count (another first
+    axis), and every output of a record made before it counted, adds its own
+    count through the largest one, never the sum: a lower bound, never a
+    double count.
+    """
+    res = result or {}
+    outs = res.get("outputs") or []
+    union = res.get("rows") if isinstance(res.get("rows"), dict) else {}
+    rest = [o for o in outs if o.get("name") not in set(union.get("outputs") or [])]
+
+    def most(key: str, per_output=None) -> int:
+        per_output = per_output or (lambda o: o.get(key) or 0)
+        return max([per_output(o) for o in rest] + [union.get(key) or 0])
+
     return {
-        "rows": max((o.get("rows", 0) for o in outs), default=0),
-        "nan_rows": sum(o.get("nan_rows", 0) for o in outs),
-        "inf_rows": sum(o.get("inf_rows", 0) for o in outs),
-        "zero_rows": sum(o.get("zero_rows", 0) for o in outs),
+        "rows": most("rows"),
+        "nan_rows": most("nan_rows"),
+        "inf_rows": most("inf_rows"),
+        "nonfinite_rows": most("nonfinite_rows", lambda o: max(o.get("nan_rows") or 0, o.get("inf_rows") or 0)),
+        "zero_rows": most("zero_rows"),
         "max_abs": max((o["max_abs"] for o in outs if o.get("max_abs") is not None), default=None),
     }
 

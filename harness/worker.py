@@ -135,6 +135,50 @@ def output_stats(np, name, arr):
     return stats
 
 
+def batch_rows(np, feeds, arrays):
+    """The batch's row count: the first axis the inputs share, if an output has it; else the
+    first axis most outputs share (the larger on a tie). None without a numeric output."""
+    firsts = [a.shape[0] for a in arrays if a.ndim and a.dtype.kind in "biufc"]
+    if not firsts:
+        return None
+    inputs = set(int(np.shape(v)[0]) for v in feeds.values() if np.ndim(v))
+    if len(inputs) == 1 and list(inputs)[0] in firsts:
+        return list(inputs)[0]
+    return max(set(firsts), key=lambda n: (firsts.count(n), n))
+
+
+def rows_summary(np, feeds, names, values):
+    """Bad rows of the batch across the outputs with one row per batch row: a row with NaN in
+    two outputs is one NaN row. Outputs with another first axis are counted by themselves
+    (in `outputs`) and named nowhere here."""
+    arrays = [np.asarray(v) for v in values]
+    n = batch_rows(np, feeds, arrays)
+    if n is None:
+        return None
+    nan = np.zeros(n, bool)
+    inf = np.zeros(n, bool)
+    zero = np.zeros(n, bool)
+    counted = []
+    for name, a in zip(names, arrays):
+        if not a.ndim or a.shape[0] != n or a.dtype.kind not in "biufc":
+            continue
+        counted.append(name)
+        rows = a.reshape(n, int(np.prod(a.shape[1:])))
+        if a.dtype.kind in "fc":
+            nan |= np.isnan(rows).any(axis=1)
+            inf |= np.isinf(rows).any(axis=1)
+        if rows.shape[1]:
+            zero |= (rows == 0).all(axis=1)
+    return {
+        "rows": int(n),
+        "outputs": counted,
+        "nan_rows": int(nan.sum()),
+        "inf_rows": int(inf.sum()),
+        "nonfinite_rows": int((nan | inf).sum()),
+        "zero_rows": int(zero.sum()),
+    }
+
+
 def probe(request, result):
     """Fill `result` in place, so that a failure keeps what was seen before it."""
     t0 = time.perf_counter()
@@ -179,6 +223,7 @@ def probe(request, result):
 
     result["stage"] = "done"
     result["outputs"] = [output_stats(np, n, v) for n, v in zip(names, values)]
+    result["rows"] = rows_summary(np, feeds, names, values)
     if request.get("outputs_path"):
         tmp = request["outputs_path"] + ".tmp.npz"
         np.savez(tmp, **dict(zip(names, values)))

@@ -362,3 +362,29 @@ def test_build_time_for_1000_probe_records(tmp_path, capsys):
     seconds = time.perf_counter() - t0
     with capsys.disabled():
         print(f"\ndashboard from {n} probe records: {seconds:.2f} s")
+
+
+def test_a_run_with_an_unreadable_line_is_left_out_with_a_word_and_counted(tmp_path):
+    root = synthetic(tmp_path / "results")
+    bad = root / "decomposed-aarch64-1" / "probes.jsonl"
+    lines = bad.read_text().splitlines(keepends=True)
+    lines[1] = lines[1][:30] + "\n"  # a record cut short, with records after it
+    bad.write_text("".join(lines))
+    torn = root / "fused-x86_64-1" / "probes.jsonl"
+    torn.write_text(torn.read_text() + '{"version": "1.25.0", "sta')  # a crash mid-write: the run stays
+    heard, left_out = [], []
+    page = dashboard.build(root, tmp_path / "site", warn=heard.append, left_out=left_out)
+    skipped, torn_note = heard  # one word each, in run order
+    assert skipped.startswith(f"skipping {bad.parent}: {bad} line 2: not JSON")
+    assert torn_note.startswith(f"{torn} line 8: cut off mid-write (26 bytes") and torn_note.endswith(": left out")
+    (d, why), = left_out
+    assert d.name == "decomposed-aarch64-1" and why.startswith(f"{bad} line 2: not JSON")
+    grid = json.loads((tmp_path / "site" / "dashboard.json").read_text())
+    assert sorted(grid) == ["fused-x86_64-1/nan-or-inf"]
+    text = page.read_text()
+    assert '<div class="left-out" data-count="1">' in text and "1 run(s) left out" in text
+    assert "decomposed-aarch64-1</span>: " in text and "line 2: not JSON" in text
+    r = ob("dashboard", root, "-o", tmp_path / "site2")
+    assert r.returncode == 0, r.stderr
+    assert "1 run(s) left out, unreadable" in r.stdout
+    assert f"dashboard: skipping {bad.parent}" in r.stderr

@@ -24,6 +24,8 @@ def command(results, out_dir, title):
     if not results.is_dir():
         raise UsageError(f"{results}: no such results directory")
     t0 = time.perf_counter()
-    page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"))
-    out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s)")
+    left_out: list = []
+    page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"), left_out=left_out)
+    note = f"; {len(left_out)} run(s) left out, unreadable (see above)" if left_out else ""
+    out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s){note}")
     return 0

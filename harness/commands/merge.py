@@ -8,30 +8,43 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import out
+from harness.commands.common import err, out
 
 
 @click.command("merge")
 @click.argument("root", type=click.Path(path_type=Path))
 @click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--quarantine", is_flag=True,
+              help="Set lines that are not probe records aside in the run's quarantine.jsonl and merge the rest "
+                   "(without it such a line refuses the merge).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: what each run gained.")
-def command(root, sources, as_json):
+def command(root, sources, quarantine, as_json):
     """Fold results (run directories, or folders of them) into ROOT.
 
     Append-only and idempotent: a probe record already in ROOT is not added
     again. A run id that exists in ROOT with another model, batch or target
-    key is refused, and nothing is written.
+    key is refused, and nothing is written; so is a probes.jsonl line that is
+    not a probe record, unless --quarantine (which names the file, line and
+    text of each line it sets aside). A last line cut off mid-write is left
+    out with a warning.
     """
     from harness.history import merge
 
-    reports = merge(root, list(sources))
+    reports = merge(root, list(sources), quarantine=quarantine)
+    for r in reports:
+        for note in r.torn:
+            err.print(f"warning: {escape(note)}")
     if as_json:
-        click.echo(json.dumps([{"run_id": r.run_id, "source": str(r.source), "added": r.added,
-                                "already": r.already, "created": r.created, "files": r.files} for r in reports]))
+        click.echo(json.dumps([r.doc() for r in reports]))
         return 0
     for r in reports:
         what = "new run" if r.created else "run"
-        out.print(f"{escape(r.run_id)}: {what}, {r.added} probe records added, {r.already} already there "
+        aside = (f", {r.quarantined} unreadable line{'s' if r.quarantined != 1 else ''} set aside in "
+                 f"{escape(str(r.quarantine))}") if r.quarantined else ""
+        torn = f", {len(r.torn)} torn last line left out" if r.torn and not r.quarantined else ""
+        out.print(f"{escape(r.run_id)}: {what}, {r.added} probe records added, {r.already} already there{aside}{torn} "
                   f"[dim](from {escape(str(r.source))})[/]")
-    out.print(f"{sum(r.added for r in reports)} records added to {escape(str(root))}")
+    quarantined = sum(r.quarantined for r in reports)
+    tail = f"; {quarantined} unreadable line{'s' if quarantined != 1 else ''} set aside" if quarantined else ""
+    out.print(f"{sum(r.added for r in reports)} records added to {escape(str(root))}{tail}")
     return 0

@@ -1,0 +1,104 @@
+"""The command line's failures: an exit status, one line on stderr and, with --json, one JSON object on stdout."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import click
+import pytest
+
+from harness import cli
+from harness.errors import HarnessError, UsageError
+from harness.results import RunStore
+
+
+def fake(monkeypatch, body):
+    """Register `bisect boom [--json] [ARGS]...` running `body`."""
+
+    @click.command("boom")
+    @click.option("--json", "as_json", is_flag=True)
+    @click.option("--size", type=int)
+    @click.argument("rest", nargs=-1)
+    def boom(as_json, size, rest):
+        return body()
+
+    monkeypatch.setitem(cli.cli.commands, "boom", boom)
+
+
+def raises(exc):
+    def body():
+        raise exc
+    return body
+
+
+def interrupted_after_saying_so():
+    from harness.commands.common import EXIT_INTERRUPTED, err
+
+    err.print("interrupted: 2 finished probes are saved in results/x; run the same command again")
+    return EXIT_INTERRUPTED
+
+
+@pytest.mark.parametrize("body, status, message", [
+    (raises(UsageError("--from 9.9: no such release")), 2, "--from 9.9: no such release"),
+    (raises(HarnessError("cannot record the probe of 1.20.0")), 1, "cannot record the probe of 1.20.0"),
+    (raises(KeyboardInterrupt()), 130, "interrupted"),
+    (raises(click.exceptions.Abort()), 130, "interrupted"),
+    (interrupted_after_saying_so, 130, "interrupted"),
+])
+def test_a_failure_with_json_is_one_json_object_on_stdout(monkeypatch, capsys, body, status, message):
+    fake(monkeypatch, body)
+    assert cli.main(["boom", "--json"]) == status
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": message, "exit_status": status}
+    lines = [x for x in captured.err.splitlines() if x.strip()]
+    assert len(lines) == 1 and message in lines[0], captured.err
+    assert cli.main(["boom"]) == status  # without --json: nothing on stdout
+    assert capsys.readouterr().out == ""
+
+
+def test_a_usage_error_click_finds_is_exit_2_and_json(monkeypatch, capsys):
+    fake(monkeypatch, lambda: 0)
+    assert cli.main(["boom", "--size", "many", "--json"]) == 2
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["exit_status"] == 2 and "'many' is not a valid integer" in doc["error"]
+
+
+def test_success_prints_no_error_object_and_json_after_a_double_dash_is_an_argument(monkeypatch, capsys):
+    fake(monkeypatch, lambda: 0)
+    assert cli.main(["boom", "--json"]) == 0
+    assert capsys.readouterr().out == ""
+    fake(monkeypatch, raises(UsageError("bad")))
+    assert cli.main(["boom", "--", "--json"]) == 2
+    assert capsys.readouterr().out == ""
+
+
+def test_an_internal_error_with_json_says_so_and_keeps_its_traceback(monkeypatch, capsys):
+    fake(monkeypatch, raises(ZeroDivisionError("division by zero")))
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["boom", "--json"])
+    assert json.loads(capsys.readouterr().out) == {"error": "internal error: ZeroDivisionError: division by zero",
+                                                   "exit_status": 1}
+
+
+def test_a_torn_last_line_is_one_warning_line(monkeypatch, capsys, tmp_path):
+    store = RunStore(tmp_path)
+    store.append({"version": "1.0", "status": "ran"})
+    (tmp_path / "probes.jsonl").write_bytes((tmp_path / "probes.jsonl").read_bytes() + b'{"vers')
+    fake(monkeypatch, lambda: len(store.records() + store.records()) and 0)
+    assert cli.main(["boom"]) == 0
+    lines = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert lines == [f"warning: {tmp_path / 'probes.jsonl'} line 2: cut off mid-write (6 bytes, no newline; "
+                     "not JSON (Unterminated string starting at: line 1 column 2 (char 1))): left out; the next "
+                     "probe recorded cuts it off"]
+
+
+def test_the_bisect_entry_point_prints_the_json_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "merge", str(tmp_path / "root"),
+                           str(tmp_path / "missing"), "--json"], capture_output=True, text=True,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert proc.returncode == 2
+    assert json.loads(proc.stdout) == {"error": f"{tmp_path / 'missing'}: no such directory", "exit_status": 2}
+    assert proc.stderr.strip() == f"error: {tmp_path / 'missing'}: no such directory"

@@ -1,0 +1,102 @@
+"""The results store: a probes.jsonl line that is not a record is never passed over in silence."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from harness.errors import HarnessError
+from harness.results import QUARANTINE, RunStore, TornLineWarning
+
+
+def rec(version: str, nan: int = 0) -> dict:
+    return {"version": version, "status": "ran", "finished": f"2025-01-01T00:00:0{version[-1]}Z", "seconds": 1.0,
+            "result": {"outputs": [{"name": "y", "rows": 4, "nan_rows": nan, "inf_rows": 0}]}}
+
+
+@pytest.fixture
+def store(tmp_path) -> RunStore:
+    d = tmp_path / "run-x86_64-1"
+    d.mkdir()
+    s = RunStore(d)
+    for v in ("1.0", "1.1", "1.2"):
+        s.append(rec(v))
+    return s
+
+
+def probes(store: RunStore) -> Path:
+    return store.dir / "probes.jsonl"
+
+
+def replace_line(store: RunStore, n: int, raw: bytes) -> None:
+    lines = probes(store).read_bytes().split(b"\n")
+    lines[n - 1] = raw
+    probes(store).write_bytes(b"\n".join(lines))
+
+
+@pytest.mark.parametrize("raw, why", [
+    (b'{"version": "1.1", "status": "ra', "not JSON"),  # truncated, then the next record was written after it
+    (b"\x00\x00\x00\x00", "not JSON"),  # a block of zeros after a crash
+    (b'{"version": "1.1", "status": "ran", "note": "\xff"}', "not UTF-8"),
+    (b"[1, 2, 3]", "not a probe record"),
+    (b'{"status": "ran"}', "not a probe record"),
+])
+def test_a_complete_line_that_is_not_a_record_stops_the_reader(store, raw, why):
+    replace_line(store, 2, raw)
+    with pytest.raises(HarnessError) as exc:
+        store.records()
+    message = str(exc.value)
+    assert f"{probes(store)} line 2: {why}" in message
+    assert f"bisect merge {store.dir.parent} {store.dir} --quarantine" in message  # how to get past it
+    assert "\n" not in message
+    ev = store.read()  # the evidence, as it is, for a caller that decides
+    assert [r["version"] for r in ev.records] == ["1.0", "1.2"]
+    assert [(b.line, b.raw.encode("utf-8", "surrogateescape")) for b in ev.corrupt] == [(2, raw)]
+    assert ev.torn is None
+
+
+def test_an_empty_line_holds_nothing_and_is_not_an_error(store):
+    probes(store).write_bytes(probes(store).read_bytes() + b"\n")
+    assert [r["version"] for r in store.records()] == ["1.0", "1.1", "1.2"]
+
+
+def test_a_torn_last_line_is_left_out_and_reported_once(store):
+    probes(store).write_bytes(probes(store).read_bytes() + b'{"version": "1.3", "sta')
+    with pytest.warns(TornLineWarning) as seen:
+        assert [r["version"] for r in store.records()] == ["1.0", "1.1", "1.2"]
+    (w,) = seen
+    assert f"{probes(store)} line 4: cut off mid-write" in str(w.message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        store.records()  # said once: no second warning
+    store.append(rec("1.4"))  # the next record cuts it off, and is not swallowed by it
+    assert [r["version"] for r in store.records()] == ["1.0", "1.1", "1.2", "1.4"]
+    assert probes(store).read_bytes().endswith(b"\n")
+
+
+def test_a_last_record_that_lacks_only_its_newline_is_kept(store):
+    probes(store).write_bytes(probes(store).read_bytes() + json.dumps(rec("1.3")).encode())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # not torn: no warning
+        assert [r["version"] for r in store.records()] == ["1.0", "1.1", "1.2", "1.3"]
+    store.append(rec("1.4"))
+    assert [r["version"] for r in store.records()] == ["1.0", "1.1", "1.2", "1.3", "1.4"]
+    assert len(probes(store).read_text().splitlines()) == 5
+
+
+def test_set_aside_keeps_each_line_once_and_drop_moves_them_out(store):
+    replace_line(store, 2, b"garbage")
+    probes(store).write_bytes(probes(store).read_bytes() + b'{"version"')
+    ev = store.read()
+    assert [b.line for b in ev.bad] == [2, 4] and ev.torn.torn
+    assert store.set_aside(ev.bad) == 2
+    assert store.set_aside(ev.bad) == 0  # again: nothing new
+    store.drop_unreadable(ev)
+    kept = [json.loads(x) for x in (store.dir / QUARANTINE).read_text().splitlines()]
+    assert [(k["line"], k["raw"], k["torn"]) for k in kept] == [(2, "garbage", False), (4, '{"version"', True)]
+    assert all(k["source"] == str(probes(store)) for k in kept)
+    assert [r["version"] for r in store.records()] == ["1.0", "1.2"]
+    assert probes(store).read_bytes().endswith(b"\n")
