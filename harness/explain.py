@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from packaging.version import Version
+
 from harness import charts, diff as diff_mod, trace as trace_mod
 from harness.errors import UsageError
 from harness.results import EXPLANATION
+from harness.versions import Release, parse_version
 from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB as DEFAULT_BUDGET_MB
 
 
@@ -24,17 +27,24 @@ def trace_dir(plan) -> Path:
     return plan.store.subdir("traces")
 
 
+def release_of(plan, version: str) -> Release:
+    """The plan's release that `version` names (1.20 names 1.20.0, as for pip and `--from`)."""
+    wanted = parse_version(version)
+    for r in plan.releases:
+        if Version(r.version) == wanted:
+            return r
+    raise UsageError(f"{version}: not in the releases of this run ({plan.releases[0].version}..{plan.releases[-1].version})")
+
+
 def traced(plan, version: str, *, budget_mb: int = DEFAULT_BUDGET_MB, dump=(), refresh: bool = False,
            log=_quiet) -> trace_mod.TraceResult:
     """The trace of one release of the plan's model, from the run's store or made now."""
-    path = trace_dir(plan) / f"{version}.json"
+    release = release_of(plan, version)
+    path = trace_dir(plan) / f"{release.version}.json"
     if path.exists() and not refresh and not dump:
         return trace_mod.trace_from_json(json.loads(path.read_text()))
-    releases = {r.version: r for r in plan.releases}
-    if version not in releases:
-        raise UsageError(f"{version}: not in the releases of this run")
-    workdir = plan.runner.cache_dir / "trace-work" / plan.store.run_id / version
-    result = trace_mod.trace(plan.runner, releases[version], plan.probe_inputs.model, plan.probe_inputs.batch, workdir,
+    workdir = plan.runner.cache_dir / "trace-work" / plan.store.run_id / release.version
+    result = trace_mod.trace(plan.runner, release, plan.probe_inputs.model, plan.probe_inputs.batch, workdir,
                              budget_bytes=budget_mb << 20, dump=list(dump), session_options=plan.job.session_options,
                              timeout=plan.job.timeout, predicate=plan.predicate, log=log, outputs=plan.job.outputs)
     trace_mod.save_json(result, path)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -12,17 +11,23 @@ import onnx
 from onnx.helper import tensor_dtype_to_np_dtype
 
 from harness.errors import UsageError
-from harness.models import ResolvedModel, batch_spec
+from harness.models import ResolvedModel, batch_spec, user_file
 
 
-def load_npz(path: Path) -> dict[str, np.ndarray]:
-    if not path.is_file():
-        raise UsageError(f"--inputs {path}: no such file")
+def load_npz(path: Path, flag: str = "--inputs") -> dict[str, np.ndarray]:
+    """The arrays of an .npz file the user named with `flag`; anything unreadable is a UsageError."""
+    path = user_file(path, flag, ".npz")
     try:
-        with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except (ValueError, OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise UsageError(f"--inputs {path}: not a readable .npz file ({type(exc).__name__})") from None
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise UsageError(f"{flag} {path}: a single array (.npy), not an .npz archive of named arrays")
+            with data:
+                return {k: data[k] for k in data.files}
+    except UsageError:
+        raise
+    except Exception as exc:  # numpy, zipfile and zlib each raise their own on a damaged file
+        raise UsageError(f"{flag} {path}: not a readable .npz file ({type(exc).__name__})") from None
 
 
 def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -34,25 +39,89 @@ def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def check_inputs(model_path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Names, element types and ranks of the arrays against the model's graph inputs."""
-    graph = onnx.load(str(model_path), load_external_data=False).graph
+def _graph(model) -> onnx.GraphProto:
+    return model if isinstance(model, onnx.GraphProto) else onnx.load(str(model), load_external_data=False).graph
+
+
+def _dims(ttype) -> list | None:
+    """Declared dims of a tensor type: an int (static), a name (symbolic) or None (unknown); None if unranked."""
+    if not ttype.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in ttype.shape.dim]
+
+
+def _spell(dims: list) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+
+
+def check_inputs(model, arrays: dict[str, np.ndarray], source: str = "the batch") -> dict[str, int]:
+    """The arrays against the model's graph inputs: names, element types, ranks, static dims, rows.
+
+    `model` is the model's path or its graph; `source` says where the arrays
+    came from (`--inputs batch.npz`). Returns the size of each symbolic dim
+    (batch=20, ...), the same in every input that names it.
+    """
+    graph = _graph(model)
     inits = {i.name for i in graph.initializer}
     wanted = {i.name: i.type.tensor_type for i in graph.input if i.name not in inits}
     missing = sorted(set(wanted) - set(arrays))
     extra = sorted(set(arrays) - set(wanted))
     if missing or extra:
         raise UsageError(
-            f"inputs do not match the model: missing {missing or 'none'}, unexpected {extra or 'none'} "
+            f"{source}: inputs do not match the model: missing {missing or 'none'}, unexpected {extra or 'none'} "
             f"(model inputs: {sorted(wanted)})"
         )
+    bound: dict[str, tuple[int, str]] = {}
     for name, ttype in wanted.items():
-        expected = np.dtype(tensor_dtype_to_np_dtype(ttype.elem_type))
         got = arrays[name]
-        if got.dtype != expected:
-            raise UsageError(f"input {name}: dtype {got.dtype}, the model expects {expected}")
-        if ttype.HasField("shape") and len(ttype.shape.dim) != got.ndim:
-            raise UsageError(f"input {name}: rank {got.ndim}, the model expects {len(ttype.shape.dim)}")
+        try:
+            expected = np.dtype(tensor_dtype_to_np_dtype(ttype.elem_type))
+        except (KeyError, TypeError, ValueError):
+            expected = None  # a type numpy has no name for: the release decides
+        if expected is not None and got.dtype != expected:
+            raise UsageError(f"{source}: input {name}: dtype {got.dtype}, the model expects {expected}")
+        dims = _dims(ttype)
+        if dims is not None and len(dims) != got.ndim:
+            raise UsageError(f"{source}: input {name}: rank {got.ndim}, the model expects {len(dims)}")
+        if got.ndim and got.shape[0] == 0:
+            raise UsageError(f"{source}: the batch has zero rows (input {name} has shape {got.shape})")
+        for d, n in zip(dims or [], got.shape):
+            if isinstance(d, int) and d > 0 and d != n:
+                raise UsageError(f"{source}: input {name}: shape {got.shape}, the model expects {_spell(dims)}")
+            if isinstance(d, str):
+                if d in bound and bound[d][0] != n:
+                    raise UsageError(f"{source}: input {name} has {d}={n} but input {bound[d][1]} has {d}={bound[d][0]}")
+                bound.setdefault(d, (n, name))
+    return {d: n for d, (n, _) in bound.items()}
+
+
+def check_reference(model, sizes: dict[str, int], reference: dict[str, np.ndarray],
+                    outputs: tuple[str, ...], source: str) -> None:
+    """Reference outputs against the outputs a probe checks: one numeric array per output, of its shape.
+
+    Shapes are checked where the model declares them: static dims exactly,
+    symbolic ones (batch, ...) against their `sizes` in the batch (from check_inputs).
+    """
+    graph = _graph(model)
+    declared = {o.name: o.type.tensor_type for o in graph.output}
+    checked = list(outputs) or list(declared)
+    missing = [n for n in checked if n not in reference]
+    extra = sorted(set(reference) - set(checked))
+    if missing or extra:
+        raise UsageError(f"{source}: arrays {sorted(reference)} do not match the outputs checked "
+                         f"({', '.join(checked)}): missing {missing or 'none'}, unexpected {extra or 'none'}")
+    for name in checked:
+        got = reference[name]
+        if not (np.issubdtype(got.dtype, np.number) or got.dtype == np.bool_):
+            raise UsageError(f"{source}: {name} holds {got.dtype} values, not numbers")
+        dims = _dims(declared[name]) if name in declared else None
+        if dims is None:
+            continue
+        want = [sizes.get(d) if isinstance(d, str) else (d or None) for d in dims]
+        if len(want) != got.ndim or any(w is not None and w != n for w, n in zip(want, got.shape)):
+            shown = [f"{d}={sizes[d]}" if isinstance(d, str) and d in sizes else d for d in dims]
+            raise UsageError(f"{source}: {name} has shape {got.shape}, the model's output {name} with this batch "
+                             f"is {_spell(shown)}")
 
 
 def repro_texts(spec: dict) -> list[str]:

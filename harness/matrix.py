@@ -167,21 +167,26 @@ def _models(path: Path, entries) -> list[tuple[str, str | None, tuple[str, ...]]
                 _fail(path, f"{where}: unknown model {model!r} (registered: {', '.join(registered)}; "
                             "or use path = \"file.onnx\")")
         else:
-            p = Path(entry["path"])
-            p = p if p.is_absolute() else (path.parent / p)
-            if not p.is_file():
-                _fail(path, f"{where}: no such model file {str(p)!r}")
-            model = str(p.resolve())
+            model = _file(path, where, "model", entry["path"], ".onnx")
         inputs = entry.get("inputs")
         if inputs is not None:
-            ip = Path(inputs)
-            ip = ip if ip.is_absolute() else (path.parent / ip)
-            if not ip.is_file():
-                _fail(path, f"{where}: no such inputs file {str(ip)!r}")
-            inputs = str(ip.resolve())
+            inputs = _file(path, where, "inputs", inputs, ".npz")
         outputs = tuple(_list_of(path, f"{where} outputs", entry.get("outputs", []), str))
         out.append((model, inputs, outputs))
     return out
+
+
+def _file(path: Path, where: str, key: str, value, kind: str) -> str:
+    """A file the matrix names (relative to the matrix file), as an absolute path."""
+    if not isinstance(value, str) or not value:
+        _fail(path, f"{where}: {key} must be a path to an {kind} file, got {value!r}")
+    p = Path(value)
+    p = p if p.is_absolute() else (path.parent / p)
+    if p.is_dir():
+        _fail(path, f"{where}: {key} {str(p)!r} is a directory, not an {kind} file")
+    if not p.is_file():
+        _fail(path, f"{where}: no such {key} file {str(p)!r}")
+    return str(p.resolve())
 
 
 def _targets(path: Path, entries) -> list[tuple[str, str, str | None]]:
@@ -265,14 +270,17 @@ def load(path: Path) -> Matrix:
         if m not in MODES:
             _fail(path, f"mode {m!r} (choose from {', '.join(MODES)})")
     bad_if = doc.get("bad_if", "nan-or-inf")
-    from harness.verdicts import parse_predicate
+    if not isinstance(bad_if, str):
+        _fail(path, f"bad_if {bad_if!r}: expected a string such as \"max-abs>1e4\"")
+    from harness import request
 
-    predicate = parse_predicate(bad_if)
+    try:  # the rules of --bad-if and --timeout, spelt as the file's keys
+        predicate = request.predicate(bad_if)
+        timeout = request.seconds(doc.get("timeout", 600), "timeout")
+    except UsageError as exc:
+        _fail(path, str(exc).replace("--bad-if ", "bad_if ", 1))
     if predicate.needs_reference:
         _fail(path, f"bad_if {bad_if!r} needs a reference; matrices support the reference-free predicates only")
-    timeout = doc.get("timeout", 600)
-    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool) or timeout < 1:
-        _fail(path, "timeout must be a number of seconds >= 1")
     python = str(doc.get("python", f"{sys.version_info.major}.{sys.version_info.minor}"))
     releases = _range(path, doc["releases"])
     cells = []
@@ -281,7 +289,7 @@ def load(path: Path) -> Matrix:
             for opts in _options(path, doc.get("options")):
                 for mode in modes:
                     cells.append(Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode,
-                                      releases, bad_if, float(timeout), python))
+                                      releases, bad_if, timeout, python))
     return Matrix(path, str(doc.get("description", "")), cells)
 
 
@@ -338,11 +346,20 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
     )
 
 
+def check_cell(cell: Cell, listing: list, cache_dir: Path, results_dir: Path, offline: bool = False) -> None:
+    """Everything `run_cell` would refuse about the cell, refused now: nothing is provisioned or written."""
+    from harness.request import check
+
+    first, last = resolve_range(cell.releases, listing)
+    check(spec_for(cell, first, last, cache_dir, results_dir, offline))
+
+
 def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, offline: bool = False,
              refresh: bool = False, jobs: int = 1, observer=None, listing: list | None = None,
              command: list[str] | None = None, log=lambda msg: None) -> CellOutcome:
     """One cell, exactly as `bisect run` / `bisect sweep` would search it; returns its summary."""
-    from harness.plan import make_plan, release_listing
+    from harness.plan import make_plan
+    from harness.request import release_listing
     from harness.session import run_search
 
     if listing is None:

@@ -74,8 +74,8 @@ def is_path(text: str) -> bool:
     return text.endswith(".onnx") or os.sep in text or Path(text).exists()
 
 
-def resolve(model: str, cache_dir: Path) -> ResolvedModel:
-    """A registered name or a path to an .onnx file, checked and digested."""
+def resolve(model: str, cache_dir: Path, offline: bool = False) -> ResolvedModel:
+    """A registered name or a path to an .onnx file, checked and digested (`offline`: hub files from the cache only)."""
     if is_path(model):
         spec = ModelSpec(name=Path(model).stem, source="local")
         return check_local(Path(model), spec, cache_dir)
@@ -84,7 +84,7 @@ def resolve(model: str, cache_dir: Path) -> ResolvedModel:
         raise UsageError(f"--model {model}: unknown model (registered: {', '.join(specs)}; or give a path to an .onnx file)")
     spec = specs[model]
     if spec.source == "hub":
-        files = fetch_hub(spec)
+        files = fetch_hub(spec, offline)
         resolved = check_local(hub_probe_copy(spec, files, cache_dir), spec, cache_dir)
         resolved.tokenizer = files.get(spec.tokenizer_file) if spec.tokenizer_file else None
         return resolved
@@ -98,14 +98,17 @@ def resolve(model: str, cache_dir: Path) -> ResolvedModel:
     raise UsageError(f"model {spec.name}: unknown source {spec.source!r}")
 
 
-def fetch_hub(spec: ModelSpec) -> dict[str, Path]:
-    """Download (or find in the huggingface_hub cache) every file of a hub model at its pinned commit."""
+def fetch_hub(spec: ModelSpec, offline: bool = False) -> dict[str, Path]:
+    """Download (or find in the huggingface_hub cache) every file of a hub model at its pinned commit.
+
+    `offline` (or HF_HUB_OFFLINE) takes them from the huggingface_hub cache only.
+    """
     if not spec.revision or not COMMIT.fullmatch(spec.revision):
         raise UsageError(f"model {spec.name}: revision {spec.revision!r} is not a pinned 40-hex commit; refusing to fetch")
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     names = [spec.model_file, *spec.extra_files] + ([spec.tokenizer_file] if spec.tokenizer_file else [])
     files = {}
     for name in names:
@@ -114,7 +117,7 @@ def fetch_hub(spec: ModelSpec) -> dict[str, Path]:
         except LocalEntryNotFoundError:
             raise UsageError(
                 f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache "
-                "and the hub cannot be reached (HF_HUB_OFFLINE or no network)"
+                "and the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network)"
             ) from None
         except (HfHubHTTPError, OSError) as exc:
             raise UsageError(f"model {spec.name}: cannot fetch {name}: {exc}".splitlines()[0]) from None
@@ -150,15 +153,30 @@ def link_or_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
-def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
+def user_file(path: Path, flag: str, kind: str) -> Path:
+    """`path` if it is a file; else a UsageError naming `flag` and what the path is instead (kind: ".onnx")."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, not an {kind} file")
     if not path.is_file():
-        raise UsageError(f"--model {path}: no such file")
+        raise UsageError(f"{flag} {path}: no such file")
+    return path
+
+
+def load_onnx(path: Path, flag: str = "--model") -> onnx.ModelProto:
+    """The model file the user named with `flag`, without its external data; anything else is a UsageError."""
+    path = user_file(path, flag, ".onnx")
     try:
         proto = onnx.load(str(path), load_external_data=False)
     except Exception as exc:  # protobuf raises its own DecodeError, onnx others
-        raise UsageError(f"--model {path}: not a readable ONNX model ({type(exc).__name__})") from None
+        raise UsageError(f"{flag} {path}: not a readable ONNX model ({type(exc).__name__})") from None
     if not proto.graph.node:
-        raise UsageError(f"--model {path}: the graph has no nodes")
+        raise UsageError(f"{flag} {path}: the graph has no nodes")
+    return proto
+
+
+def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
+    proto = load_onnx(path)
     data_files = sorted({path.parent / ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
     for f in data_files:
         if not f.is_file():

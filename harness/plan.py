@@ -1,8 +1,9 @@
 """From what a user asked for (model, range, target, options) to what a search needs.
 
-Shared by every command that probes (run, sweep, trace, matrices): the model is
-resolved and checked, the batch loaded and checked against it, the runner made,
-the releases listed, and the results store opened under the run's key.
+Shared by every command that probes (run, sweep, trace, matrices): the whole
+request is checked first (harness.request: model, batch, outputs, reference,
+options, target, range), then the runner is provisioned and the results store
+opened under the run's key.
 """
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from harness import inputs as inputs_mod
-from harness import models
+from harness import request
 from harness.errors import UsageError
 from harness.probe import ProbeJob
+from harness.request import ProbeInputs
 from harness.results import MANIFEST, RunStore, run_id_for
-from harness.runners import Log, Runner, make_runner, quiet
-from harness.uvtool import uv_bin
-from harness.verdicts import Predicate, parse_predicate
-from harness.versions import Release, ReleaseIndex, Target, select_range
-from harness.vocabulary import DEFAULT_RESULTS_DIR, canonical_arch, default_cache_dir
+from harness.runners import Log, Runner, quiet
+from harness.verdicts import Predicate
+from harness.versions import Release
+from harness.vocabulary import DEFAULT_RESULTS_DIR, default_cache_dir
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,7 @@ class SearchSpec:
     session_options: dict = field(default_factory=dict)
     repeat: int = 1
     memory_limit_mb: int | None = None
-
-
-@dataclass
-class ProbeInputs:
-    """A checked model and batch: what every probe of a run feeds the worker."""
-
-    model: models.ResolvedModel
-    batch: Path
-    batch_digest: str
-    outputs: tuple[str, ...]
+    range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
 
 
 @dataclass
@@ -70,39 +62,17 @@ class Plan:
     probe_inputs: ProbeInputs
 
 
-def probe_inputs(model: str, inputs: Path | None, outputs: tuple[str, ...], cache_dir: Path) -> ProbeInputs:
-    resolved = models.resolve(model, cache_dir)
-    batch = Path(inputs) if inputs else inputs_mod.default_batch(resolved, cache_dir)
-    arrays = inputs_mod.load_npz(batch)
-    inputs_mod.check_inputs(resolved.path, arrays)
-    return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), tuple(outputs) or resolved.spec.outputs)
+def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = quiet, *,
+              dump: tuple[str, ...] = (), nodes: tuple[str, ...] = ()) -> Plan:
+    """Everything a search needs; the backend is provisioned here, once, before any probe (progress to `log`).
 
-
-def release_listing(cache_dir: Path, offline: bool = False) -> list[Release]:
-    """Every onnxruntime release on the index (cached; `offline` reads the cache only)."""
-    return ReleaseIndex(cache_dir, uv_bin(), offline).releases()
-
-
-def releases_in(spec: SearchSpec) -> list[Release]:
-    return select_range(release_listing(spec.cache_dir, spec.offline), spec.from_, spec.to)
-
-
-def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = quiet) -> Plan:
-    """Everything a search needs; the backend is provisioned here, once, before any probe (progress to `log`)."""
-    predicate = parse_predicate(spec.bad_if)
-    reference = None
-    if predicate.needs_reference:
-        if not spec.reference:
-            raise UsageError(f"--bad-if {predicate}: give the reference outputs with --reference FILE.npz")
-        reference = inputs_mod.load_npz(spec.reference)
-    elif spec.reference:
-        raise UsageError("--reference is used only with --bad-if rel-diff>B")
-    runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu)
-    if spec.memory_limit_mb and not runner.supports_memory_limit:
-        raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
+    The request is checked as a whole first (harness.request), so a refused
+    one provisions nothing and leaves the results directory as it was;
+    `dump` and `nodes` are tensor and node names the command will use.
+    """
+    req = request.check(spec, dump=dump, nodes=nodes)
+    runner, pi, reference = req.runner, req.probe_inputs, req.reference
     runner.provision(log)
-    releases = releases_in(spec)
-    pi = probe_inputs(spec.model, spec.inputs, spec.outputs, spec.cache_dir)
     key = {
         "model": pi.model.digest,
         "batch": pi.batch_digest,
@@ -115,12 +85,12 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     info = {"model": {"name": pi.model.name, "source": pi.model.spec.source, "path": str(pi.model.path),
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest},
-            "predicate": str(predicate),
+            "predicate": str(req.predicate),
             "reference": {"path": str(spec.reference), "digest": inputs_mod.arrays_digest(reference)} if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
                    spec.memory_limit_mb)
-    return Plan(runner, releases, store, job, predicate, reference, pi)
+    return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
 
 
 def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None, log: Log = quiet) -> Plan:
@@ -129,11 +99,10 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
     The ordinary run store of that release is opened, and removed again if
     nothing is written into it: triage keeps its probes in stores of its own.
     """
-    if parse_predicate(spec.bad_if).needs_reference:
+    if request.predicate(spec.bad_if).needs_reference:
         raise UsageError(f"--bad-if {spec.bad_if}: needs a reference; use `bisect run` for that")
-    plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None), command, log)
-    if not plan.releases:
-        raise UsageError(f"--version {version}: no such onnxruntime release in the index")
+    plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None,
+                                         range_flags=("--version", "--version")), command, log)
     plan.store.discard_if_unused()
     return plan
 

@@ -388,7 +388,8 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
 
     from harness.errors import UsageError
     from harness.inputs import load_npz
-    from harness.plan import make_plan, release_listing, spec_of_run
+    from harness.plan import make_plan, spec_of_run
+    from harness.request import release_listing
     from harness.session import boundary_in, judged_records
     from harness.verdicts import parse_predicate
 

@@ -42,7 +42,7 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     `refresh` probes every release again (new records are appended, none
     deleted); `explain` traces the boundary pair; `extra` keys go into the
     document (a matrix cell's description); `cell_key` names the document in
-    the store (default: mode and range).
+    the store (default: mode, range and predicate).
     """
     started = time.perf_counter()
     store = RefreshStore.since_now(plan.store.dir) if refresh else plan.store
@@ -59,7 +59,8 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     doc["refresh"] = refresh
     doc["generated"] = _now()
     doc["host"] = {"machine": platform.machine(), "node": platform.node()}
-    doc["cell"] = {"key": cell_key or f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}"}
+    default_key = f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}-{plan.predicate}"
+    doc["cell"] = {"key": cell_key or default_key.replace(">", "_")}  # one document per predicate: no `>` in file names
     doc.update(extra or {})
     plan.store.save_summary(cell_key or doc["cell"]["key"], doc)
     return Search(plan, outcome, doc)

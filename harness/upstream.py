@@ -39,7 +39,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     """The report as a JSON-able document (and repro.py written next to the run)."""
     from harness.explain import explanation
     from harness.mitigate import MITIGATION
-    from harness.plan import make_plan, release_listing, spec_of_run
+    from harness.plan import make_plan, spec_of_run
+    from harness.request import release_listing
     from harness.session import boundary_in, judged_records, probe_releases
 
     log = log or (lambda msg: None)

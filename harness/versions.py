@@ -36,10 +36,10 @@ class Target:
     arch: str
     python: str
 
-    def accepts(self, tag: Tag) -> bool:
-        """A wheel tag installable on manylinux glibc for this arch and CPython version."""
+    def accepts(self, tag: Tag, any_python: bool = False) -> bool:
+        """A wheel tag installable on manylinux glibc for this arch and CPython version (or any)."""
         cp = "cp" + self.python.replace(".", "")
-        if tag.interpreter not in (cp, "py3") and not (
+        if not any_python and tag.interpreter not in (cp, "py3") and not (
             tag.abi == "abi3" and tag.interpreter.startswith("cp")
         ):
             return False
@@ -140,24 +140,33 @@ class ReleaseIndex:
             raise IndexUnavailable(str(exc)) from None
 
     def releases(self, refresh: bool = False) -> list[Release]:
+        """The listing: the cached one while fresh, else fetched; `offline` never fetches."""
         cached = self._read_cache()
+        if self.offline:
+            if cached is None:
+                raise UsageError(f"--offline: no cached {PACKAGE} release listing in {self.cache_file}; "
+                                 "run once without --offline to fetch it")
+            return [Release(**r) for r in cached["releases"]]
         fresh = cached is not None and time.time() - cached["fetched_at"] < LISTING_MAX_AGE_S
-        if cached is not None and (self.offline or (fresh and not refresh)):
+        if cached is not None and fresh and not refresh:
             return [Release(**r) for r in cached["releases"]]
         try:
             releases = releases_from_simple_json(self._fetch())
         except (IndexUnavailable, subprocess.CalledProcessError, OSError) as exc:
-            if cached is not None:  # offline: fall back to the last listing we saw
+            if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
-            raise UsageError(f"cannot list {PACKAGE} releases from the package index: {exc}") from None
+            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise UsageError(f"cannot list {PACKAGE} releases from the package index: {why}") from None
         self._write_cache(releases)
         return releases
 
     def _read_cache(self) -> dict | None:
         try:
-            return json.loads(self.cache_file.read_text())
-        except (OSError, ValueError):
-            return None
+            doc = json.loads(self.cache_file.read_text())
+            [Release(**r) for r in doc["releases"]], float(doc["fetched_at"])
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # absent or damaged: as if never fetched
+        return doc
 
     def _write_cache(self, releases: list[Release]) -> None:
         doc = {"fetched_at": time.time(), "releases": [asdict(r) for r in releases]}
@@ -170,17 +179,37 @@ class ReleaseIndex:
             pass  # a read-only cache only costs the next run a fetch
 
 
-def select_range(releases: list[Release], lo: str, hi: str) -> list[Release]:
-    """Releases in [lo, hi]; both ends must be releases of the index. Pure."""
-    lo_v, hi_v = parse_version(lo, "--from"), parse_version(hi, "--to")
+def select_range(releases: list[Release], lo: str, hi: str, flags: tuple[str, str] = ("--from", "--to")) -> list[Release]:
+    """Releases in [lo, hi]; both ends must be releases of the index. Pure.
+
+    `flags` spell the two ends as the user gave them (`--version`, `GOOD`...);
+    a version is a release when it equals one (1.20 is 1.20.0, as for pip).
+    """
+    lo_v, hi_v = parse_version(lo, flags[0]), parse_version(hi, flags[1])
     known = {Version(r.version) for r in releases}
-    for flag, v in (("--from", lo_v), ("--to", hi_v)):
+    for flag, text, v in ((flags[0], lo, lo_v), (flags[1], hi, hi_v)):
         if v not in known:
             near = ", ".join(str(k) for k in sorted(known, key=lambda k: abs(_ord(k) - _ord(v)))[:3])
-            raise UsageError(f"{flag} {v}: no such {PACKAGE} release (nearest: {near})")
+            raise UsageError(f"{flag} {text}: no such {PACKAGE} release (nearest: {near or 'none'})")
     if lo_v > hi_v:
-        raise UsageError(f"--from {lo_v} is after --to {hi_v}")
+        raise UsageError(f"{flags[0]} {lo} is after {flags[1]} {hi}")
     return [r for r in releases if lo_v <= Version(r.version) <= hi_v]
+
+
+def wheel_pythons(releases: list[Release], arch: str) -> list[str]:
+    """The CPython versions (3.11, ...) that some release has a Linux wheel of for `arch`. Pure."""
+    found = set()
+    for rel in releases:
+        for name in rel.wheels:
+            try:
+                tags = parse_wheel_filename(name)[3]
+            except InvalidWheelFilename:
+                continue
+            for tag in tags:
+                m = re.fullmatch(r"cp(\d)(\d+)", tag.interpreter)
+                if m and Target(arch, "").accepts(tag, any_python=True):
+                    found.add(f"{m.group(1)}.{m.group(2)}")
+    return sorted(found, key=lambda p: tuple(int(x) for x in p.split(".")))
 
 
 def _ord(v: Version) -> float:

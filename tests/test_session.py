@@ -35,7 +35,7 @@ def test_bisection_names_the_boundary_and_keeps_the_document(tmp_path, first_bad
     i = VERSIONS.index(first_bad)
     assert (doc["last_good"], doc["first_bad"]) == (VERSIONS[i - 1], first_bad)
     assert doc["probe_count"] == len(plan.runner.calls) <= 5  # ceil(log2 8) + 2
-    stored = json.loads((plan.store.dir / "cells" / f"regression-{VERSIONS[0]}-{VERSIONS[-1]}.json").read_text())
+    stored = json.loads((plan.store.dir / "cells" / f"regression-{VERSIONS[0]}-{VERSIONS[-1]}-nan-or-inf.json").read_text())
     assert stored["first_bad"] == first_bad and stored["predicate"] == "nan-or-inf"
     assert len(plan.store.records()) == doc["probe_count"]
     commits = doc["commits"]

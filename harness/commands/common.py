@@ -3,6 +3,7 @@ groups (each defined once, composed by the commands that take them)."""
 
 from __future__ import annotations
 
+import math
 import platform
 import sys
 from pathlib import Path
@@ -18,6 +19,27 @@ EXIT_USAGE = 2  # bad input, refused before any probe
 EXIT_INTERRUPTED = 130
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
+
+
+# -- parameter types and checks shared by the option groups -------------------------------
+
+class FiniteFloatRange(click.FloatRange):
+    """A FloatRange that also refuses nan and inf (click's lets nan through every bound)."""
+
+    name = "finite float range"
+
+    def convert(self, value, param, ctx):
+        rv = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(rv, param, ctx)
+
+
+def _directory(ctx, param, value):
+    """A directory option (--cache-dir, --results-dir): refused when it, or a parent on its way, is a file."""
+    from harness.request import directory
+
+    return value if value is None else directory(value, f"--{param.name.replace('_', '-')}")
 
 
 # -- option groups (composable decorators, one definition each) ---------------------------
@@ -49,7 +71,9 @@ target_options = compose(
                  help="Python version of the probe environments."),
 )
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
-                                  show_default=True, help="Where runs are kept (one directory per run).")
+                                  show_default=True, callback=_directory, help="Where runs are kept (one directory per run).")
+timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True,
+                              help="Seconds per probe.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 jobs_option = click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once.")
 graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVELS)), default=None,
@@ -57,13 +81,14 @@ graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVE
 
 store_options = compose(
     click.option("--cache-dir", type=click.Path(path_type=Path), default=default_cache_dir, show_default="XDG cache",
-                 help="Environments, release listing, generated models."),
-    click.option("--offline", is_flag=True, help="Use the cached release listing only."),
+                 callback=_directory, help="Environments, release listing, generated models."),
+    click.option("--offline", is_flag=True,
+                 help="Never fetch the release listing or a hub model: use the cached ones (refused when absent)."),
 )
 probe_options = compose(
     results_dir_option,
     click.option("--resume", "resume", default=None, metavar="RUN", help="Run id to continue (the same command continues by itself)."),
-    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
+    timeout_option,
     click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
                  help="nan-or-inf | nan | zero-rows | max-abs>B | rel-diff>B (with --reference)."),
     click.option("--reference", type=click.Path(path_type=Path), help=".npz of reference outputs for rel-diff."),
@@ -82,7 +107,7 @@ probe_options = compose(
 
 triage_options = compose(
     results_dir_option,
-    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per probe."),
+    timeout_option,
     click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
                  help="nan-or-inf | nan | zero-rows | max-abs>B (rel-diff is not offered here)."),
     json_option,
@@ -151,7 +176,8 @@ def search_spec(opts: dict):
     if opts.get("threads") is not None:
         session_options["intra_op_num_threads"] = opts["threads"]
     given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
-                                  "results_dir", "resume", "timeout", "bad_if", "reference", "repeat", "memory_limit_mb")
+                                  "results_dir", "resume", "timeout", "bad_if", "reference", "repeat", "memory_limit_mb",
+                                  "range_flags")
              if opts.get(k) is not None}
     return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
                       session_options=session_options, **given)

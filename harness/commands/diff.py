@@ -8,6 +8,7 @@ import click
 
 from harness.commands.common import log_to_stderr, model_options, out, store_options, target_options
 from harness.commands.trace import plan_over, trace_options
+from harness.errors import UsageError
 
 
 @click.command("diff")
@@ -21,8 +22,12 @@ def command(a, b, budget_mb, refresh, as_json, **opts):
     """What changed between two releases: per-node diff and execution precision."""
     from harness import explain, trace
     from harness.render import diff_table
+    from harness.versions import parse_version
 
-    plan = plan_over(opts, [a, b])
+    if parse_version(a, "GOOD") == parse_version(b, "BAD"):
+        raise UsageError(f"GOOD {a} and BAD {b} are the same release: a diff needs two different ones")
+    plan = plan_over(opts, [("GOOD", a), ("BAD", b)])
+    a, b = explain.release_of(plan, a).version, explain.release_of(plan, b).version  # as the index spells them
     result, chart = explain.explain_pair(plan, a, b, budget_mb=budget_mb, refresh=refresh, log=log_to_stderr)
     if as_json:
         out.print_json(json.dumps(trace.to_json(result)))

@@ -49,17 +49,26 @@ def cells(matrix_file, as_json):
 def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, as_json):
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
     from harness.errors import EnvironmentSkip, UsageError
-    from harness.matrix import load, resolve_range, run_cell, select
-    from harness.plan import release_listing
+    from harness.matrix import check_cell, load, resolve_range, run_cell, select
     from harness.render import ProbeLines
+    from harness.request import release_listing
 
     m = load(matrix_file)
     chosen = select(m, tuple(cell))
     listing = release_listing(cache_dir, offline)
     for c in chosen:  # an empty range is a mistake in the file: refuse before any probe
         resolve_range(c.releases, listing)
-    docs, failed = [], []
-    for c in chosen:
+    docs, failed, ready = [], [], []
+    for c in chosen:  # every cell's request is checked before the first probe of any
+        try:
+            check_cell(c, listing, cache_dir, results_dir, offline)
+            ready.append(c)
+        except (UsageError, EnvironmentSkip) as exc:
+            if not keep_going or len(chosen) == 1:
+                raise
+            failed.append({"cell": c.index, "name": c.name, "error": str(exc)})
+            err.print(f"[red]cell {c.index} not run:[/] {escape(str(exc))}")
+    for c in ready:
         err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,

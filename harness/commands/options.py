@@ -39,6 +39,7 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     from harness import triage
     from harness.plan import plan_for_release
     from harness.render import VERDICT_STYLE, options_table
+    from harness.vocabulary import canonical_arch
 
     lv = csv_choice(levels, triage.LEVELS, "--levels")
     md = csv_choice(modes, triage.MODES, "--modes")
@@ -46,6 +47,7 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     if not th or any(t != "all" and not t.isdigit() for t in th):
         raise UsageError(f"--threads {threads_!r}: give 1, all or numbers, comma separated")
     opts, reduced = on_reduced(opts)
+    triage.switches_for(canonical_arch(opts["arch"]), switches)  # refused before the plan, not after provisioning
     plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)
 
     def show(combo, rec, reused):

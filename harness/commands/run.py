@@ -39,6 +39,8 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     archs = [canonical_arch(a) for a in opts["arch"].split(",") if a.strip()]
     if not archs or len(set(archs)) != len(archs):
         raise UsageError(f"--arch {opts['arch']!r}: give distinct architectures, e.g. x86_64,aarch64")
+    if opts.get("resume") and len(archs) > 1:
+        raise UsageError(f"--resume {opts['resume']}: a run has one arch; give one --arch, not {opts['arch']}")
     docs = []
     for arch in archs:
         doc = _search_one({**opts, "arch": arch}, sweep)

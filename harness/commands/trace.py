@@ -6,13 +6,13 @@ import json
 
 import click
 
-from harness.commands.common import (compose, json_option, log_to_stderr, model_options, out, results_dir_option,
-                                     search_spec, store_options, target_options)
+from harness.commands.common import (FiniteFloatRange, compose, json_option, log_to_stderr, model_options, out,
+                                     results_dir_option, search_spec, store_options, target_options)
 from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB
 
 trace_options = compose(
     results_dir_option,
-    click.option("--timeout", type=click.FloatRange(min=1), default=600.0, show_default=True, help="Seconds per pass."),
+    click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True, help="Seconds per pass."),
     click.option("--budget-mb", type=click.IntRange(min=1), default=DEFAULT_TRACE_BUDGET_MB, show_default=True,
                  help="Bytes of exposed tensors per pass: bounds the worker's memory above the model's own."),
     click.option("--refresh", is_flag=True, help="Trace again even if the run already holds a trace."),
@@ -20,13 +20,19 @@ trace_options = compose(
 )
 
 
-def plan_over(opts: dict, versions: list[str]):
-    """The plan of a run over the releases from the oldest to the newest of `versions` (traces live with it)."""
+def plan_over(opts: dict, given: list[tuple[str, str]], dump: tuple[str, ...] = ()):
+    """The plan of a run over the releases from the oldest to the newest of `given` (traces live with it).
+
+    `given` pairs how the user named each release with the version typed:
+    [("--version", "1.20.0")] or [("GOOD", a), ("BAD", b)]; a refusal names them so.
+    """
     from harness.plan import make_plan
     from harness.versions import parse_version
 
-    ordered = sorted(versions, key=parse_version)
-    return make_plan(search_spec({**opts, "from_": ordered[0], "to": ordered[-1]}), log=log_to_stderr)
+    ordered = sorted(given, key=lambda fv: parse_version(fv[1], fv[0]))
+    (lo_flag, lo), (hi_flag, hi) = ordered[0], ordered[-1]
+    spec = search_spec({**opts, "from_": lo, "to": hi, "range_flags": (lo_flag, hi_flag)})
+    return make_plan(spec, log=log_to_stderr, dump=dump)
 
 
 @click.command("trace")
@@ -42,7 +48,8 @@ def command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts):
     from harness import explain, trace
     from harness.render import trace_table
 
-    plan = plan_over(opts, [version])
+    plan = plan_over(opts, [("--version", version)], dump=tuple(dump))
+    version = explain.release_of(plan, version).version  # as the index spells it: 1.20 is 1.20.0
     result = explain.traced(plan, version, budget_mb=budget_mb, dump=dump, refresh=refresh, log=log_to_stderr)
     chart = explain.chart(result, explain.trace_dir(plan) / f"headroom-{version}.svg")
     if as_json:

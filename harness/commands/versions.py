@@ -19,11 +19,15 @@ from harness.commands.common import json_option, out, range_options, store_optio
 @json_option
 def command(from_, to, arch, python, cache_dir, offline, as_json):
     """The releases in a range, and whether each has a wheel for the target."""
-    from harness.plan import release_listing
+    from harness.request import release_listing
+    from harness.runners import AUTO, REGISTRY, check_target
     from harness.versions import Target, select_range
     from harness.vocabulary import canonical_arch
 
-    target = Target(canonical_arch(arch), python)
+    arch = canonical_arch(arch)
+    if not any(cls.serves(arch) for cls in REGISTRY.values()):
+        check_target(AUTO, arch)  # the registry's line: no backend runs that arch
+    target = Target(arch, python)
     rels = select_range(release_listing(cache_dir, offline), from_, to)
     rows = [{"version": r.version, "wheel": r.wheel_for(target)} for r in rels]
     if as_json:
