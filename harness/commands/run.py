@@ -7,18 +7,18 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import (EXIT_INTERRUPTED, err, log_to_stderr, model_options, on_reduced, reduced_option, out, probe_options,
-                                     range_options, search_spec, store_options, target_options)
+from harness.commands.common import (EXIT_INTERRUPTED, compose, err, log_to_stderr, model_options, on_reduced, out,
+                                     probe_options, range_options, reduced_option, search_spec, store_options,
+                                     target_options)
 from harness.errors import UsageError
 
 
+# What run and sweep both take: the model (or a reduced repro), the range, the target, the store, the probes.
+search_options = compose(model_options, reduced_option, range_options, target_options, store_options, probe_options)
+
+
 @click.command("run")
-@model_options
-@reduced_option
-@range_options
-@target_options
-@store_options
-@probe_options
+@search_options
 @click.option("--mode", type=click.Choice(["regression", "fix"]), default="regression", show_default=True,
               help="regression: first bad after good; fix: first good after bad.")
 @click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
