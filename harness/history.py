@@ -194,21 +194,24 @@ def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[P
         return rep
     repaired.add(store.dir)
     ev = store.read()
-    if ev.torn:
-        rep.torn.append(_torn_note(ev, quarantine))
-    if quarantine and ev.bad:
-        store.set_aside(ev.bad)
+    if _set_aside(store, ev, rep, quarantine):
         store.drop_unreadable(ev)
-        rep.quarantined += len(ev.bad)
-        rep.quarantine = store.dir / QUARANTINE
     elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
         raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
     return rep
 
 
-def _torn_note(ev: Evidence, quarantine: bool) -> str:
-    fate = "set aside" if quarantine else "left out"
-    return f"{ev.torn}: {fate}"
+def _set_aside(store: RunStore, ev: Evidence, rep: MergeReport, quarantine: bool) -> bool:
+    """Note a torn last line of `ev`; under `quarantine`, keep every line of `ev` that is not a
+    record in `store`'s quarantine file. Whether any line was set aside."""
+    if ev.torn:
+        rep.torn.append(f"{ev.torn}: {'set aside' if quarantine else 'left out'}")
+    if not (quarantine and ev.bad):
+        return False
+    store.set_aside(ev.bad)
+    rep.quarantined += len(ev.bad)
+    rep.quarantine = store.dir / QUARANTINE
+    return True
 
 
 def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, repaired: set[Path]) -> MergeReport:
@@ -231,12 +234,7 @@ def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, r
     # probes: the root run's own unreadable lines first, then the records not there yet, oldest first
     store = RunStore(dst)
     _repair(store, rep, quarantine, repaired)
-    if ev.torn:
-        rep.torn.append(_torn_note(ev, quarantine))
-    if quarantine and ev.bad:
-        store.set_aside(ev.bad)
-        rep.quarantined += len(ev.bad)
-        rep.quarantine = dst / QUARANTINE
+    _set_aside(store, ev, rep, quarantine)
     have = {record_id(r) for r in store.read().records}
     new = [(i, r) for i, r in enumerate(ev.records) if record_id(r) not in have]
     for _, rec in sorted(new, key=newest_key):

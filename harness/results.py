@@ -145,20 +145,23 @@ class RunStore:
         A last line torn by an earlier failure (a full disk, a crash mid-write)
         is cut off first, so it can never swallow the record written after it;
         a last line that is a whole record lacking only its newline gets it. If
-        this write fails, what it wrote is taken back: the file ends as it began.
+        this write fails, what it wrote is taken back (when it is still the end
+        of the file: another run appending to the same file is never cut).
         """
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             _settle_tail(fd)
-            start = os.fstat(fd).st_size
+            written = 0
             try:
                 written = os.write(fd, line)
                 if written != len(line):
                     raise OSError(28, os.strerror(28))
                 os.fsync(fd)
             except OSError:
-                os.ftruncate(fd, start)
+                size = os.fstat(fd).st_size
+                if written and size >= written and os.pread(fd, written, size - written) == line[:written]:
+                    os.ftruncate(fd, size - written)
                 raise
         finally:
             os.close(fd)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -100,3 +101,36 @@ def test_set_aside_keeps_each_line_once_and_drop_moves_them_out(store):
     assert all(k["source"] == str(probes(store)) for k in kept)
     assert [r["version"] for r in store.records()] == ["1.0", "1.2"]
     assert probes(store).read_bytes().endswith(b"\n")
+
+
+def test_a_failed_append_takes_back_only_what_it_wrote(store, monkeypatch):
+    before = probes(store).read_bytes()
+    real_write = os.write
+
+    def half(fd, data):  # a full disk: part of the line reaches the file
+        return real_write(fd, data[: len(data) // 2])
+
+    monkeypatch.setattr(os, "write", half)
+    with pytest.raises(OSError):
+        store.append(rec("1.3"))
+    monkeypatch.setattr(os, "write", real_write)
+    assert probes(store).read_bytes() == before
+
+    def fsync_fails(fd):  # the whole line was written, but it is not known to be on disk
+        raise OSError(5, os.strerror(5))
+
+    monkeypatch.setattr(os, "fsync", fsync_fails)
+    with pytest.raises(OSError):
+        store.append(rec("1.3"))
+    assert probes(store).read_bytes() == before
+
+    def another_run_appends_then_fsync_fails(fd):
+        with open(probes(store), "ab") as f:
+            f.write((json.dumps(rec("1.4")) + "\n").encode())
+        raise OSError(5, os.strerror(5))
+
+    monkeypatch.setattr(os, "fsync", another_run_appends_then_fsync_fails)
+    with pytest.raises(OSError):
+        store.append(rec("1.3"))
+    monkeypatch.undo()
+    assert [r["version"] for r in store.records()][-1] == "1.4"  # the other run's record is never cut
