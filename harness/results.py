@@ -122,7 +122,7 @@ class RunStore:
                 out.append(json.loads(line))
             except ValueError:
                 continue
-        return out
+        return [r for r in out if isinstance(r, dict) and isinstance(r.get("version"), str) and "status" in r]
 
     def save_summary(self, key: str, doc: dict) -> Path:
         """The latest summary of one search over this run (a matrix cell, or a `bisect run`)."""
