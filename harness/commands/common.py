@@ -35,11 +35,11 @@ class FiniteFloatRange(click.FloatRange):
         return super().convert(rv, param, ctx)
 
 
-def _directory(ctx, param, value):
-    """A directory option (--cache-dir, --results-dir): refused when it, or a parent on its way, is a file."""
+def directory_option(ctx, param, value):
+    """Callback of a directory option (--cache-dir, --results-dir, ...): refused when it, or a parent on its way, is a file."""
     from harness.request import directory
 
-    return value if value is None else directory(value, f"--{param.name.replace('_', '-')}")
+    return value if value is None else directory(value, max(param.opts, key=len))
 
 
 # -- option groups (composable decorators, one definition each) ---------------------------
@@ -71,7 +71,7 @@ target_options = compose(
                  help="Python version of the probe environments."),
 )
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
-                                  show_default=True, callback=_directory, help="Where runs are kept (one directory per run).")
+                                  show_default=True, callback=directory_option, help="Where runs are kept (one directory per run).")
 timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True,
                               help="Seconds per probe.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
@@ -81,7 +81,7 @@ graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVE
 
 store_options = compose(
     click.option("--cache-dir", type=click.Path(path_type=Path), default=default_cache_dir, show_default="XDG cache",
-                 callback=_directory, help="Environments, release listing, generated models."),
+                 callback=directory_option, help="Environments, release listing, generated models."),
     click.option("--offline", is_flag=True,
                  help="Never fetch the release listing or a hub model: use the cached ones (refused when absent)."),
 )

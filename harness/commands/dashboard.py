@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import err, out
+from harness.commands.common import directory_option, err, out
 from harness.vocabulary import DEFAULT_RESULTS_DIR
 
 
 @click.command("dashboard")
 @click.argument("results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR)
-@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True)
+@click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
+              callback=directory_option)
 @click.option("--title", default="ortbisect dashboard", show_default=True)
 def command(results, out_dir, title):
     """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it."""

@@ -26,12 +26,22 @@ def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
     RUN is a results/<run-id> directory, or a run id in --results-dir.
     """
     from harness import upstream
+    from harness.history import read_manifest
+    from harness.results import RunStore
 
     run_dir = Path(run)
     if not (run_dir / MANIFEST).exists():
         run_dir = results_dir / run
-    if not (run_dir / MANIFEST).exists():
+    if not run or not (run_dir / MANIFEST).exists():
         raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
+    manifest = read_manifest(run_dir)  # a damaged manifest is refused in one line
+    lacking = [f"{part}.{k}" for part, keys in (("key", ("arch", "backend", "python")), ("model", ("name", "path")),
+                                                ("batch", ("path",)))
+               for k in keys if not isinstance(manifest.get(part), dict) or k not in manifest[part]]
+    if lacking:
+        raise UsageError(f"{run}: the run's {MANIFEST} lacks {', '.join(lacking)}; not a run bisect made")
+    if not RunStore(run_dir).records():
+        raise UsageError(f"{run}: no probes recorded in this run; nothing to report")
     doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
                          embed_limit=embed_limit, log=log_to_stderr)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
