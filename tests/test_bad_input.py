@@ -1,4 +1,10 @@
-"""Bad input: exit status 2, one line on stderr, no traceback."""
+"""Bad input: exit status 2, one line on stderr, no traceback, nothing written.
+
+Every row changes one thing in a good `bisect run` command line. The rows run
+in this process (tests/inproc.py) with provisioning refused, so a row that
+wrongly passed every check would end as "got as far as provisioning" rather
+than probe; one row also runs as a real subprocess.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import numpy as np
 import pytest
 
 import builders
+import inproc
 
 
 @pytest.fixture(scope="module")
@@ -14,12 +21,25 @@ def files(tmp_path_factory):
     good = builders.save(builders.residual_norm_model(), d / "good.onnx")
     np.savez(d / "good.npz", **builders.residual_norm_inputs())
     (d / "corrupt.onnx").write_bytes(b"\x08\x07this is not protobuf" * 10)
+    (d / "empty.onnx").write_bytes(b"")
     ext = builders.external_data_model(d / "ext.onnx")
     (d / "ext.onnx_data").unlink()
     np.savez(d / "names.npz", y=np.ones((4, 8), np.float16))
     np.savez(d / "dtype.npz", x=np.ones((4, 8), np.float32))
     np.savez(d / "rank.npz", x=np.ones(8, np.float16))
+    np.savez(d / "width.npz", x=np.ones((4, 9), np.float16))
+    np.savez(d / "zero.npz", x=np.zeros((0, 8), np.float16))
+    np.save(d / "single.npy", np.ones((4, 8), np.float16))
     (d / "corrupt.npz").write_bytes(b"PK not a zip")
+    (d / "empty.npz").write_bytes(b"")
+    (d / "truncated.npz").write_bytes((d / "good.npz").read_bytes()[:150])
+    np.savez(d / "ref_width.npz", y=np.zeros((4, 9), np.float16))
+    np.savez(d / "ref_rows.npz", y=np.zeros((3, 8), np.float16))
+    np.savez(d / "ref_names.npz", z=np.zeros((4, 8), np.float16))
+    np.savez(d / "ref_text.npz", y=np.array([["a"] * 8] * 4))
+    (d / "a-file").write_text("not a directory")
+    (d / "a-dir").mkdir()
+    (d / "empty-cache").mkdir()
     matrix = d / "m.toml"
     matrix.write_text("[bad")
     return {"good": good, "batch": d / "good.npz", "dir": d, "ext": ext}
@@ -44,12 +64,48 @@ CASES = [
     ("jobs zero", ["-j", "0"], "Invalid value for '-j'"),
     ("unknown backend", ["--backend", "podman"], "--backend podman: unknown backend"),
     ("unknown flag", ["--frobnicate"], "No such option"),
+    # every part of the request is checked before the first probe (harness/request.py)
+    ("zero rows", ["--inputs", "{dir}/zero.npz"], "--inputs {dir}/zero.npz: the batch has zero rows (input x has shape (0, 8))"),
+    ("input static dim", ["--inputs", "{dir}/width.npz"], "input x: shape (4, 9), the model expects (batch, 8)"),
+    ("inputs is a directory", ["--inputs", "{dir}/a-dir"], "--inputs {dir}/a-dir: is a directory, not an .npz file"),
+    ("inputs empty file", ["--inputs", "{dir}/empty.npz"], "--inputs {dir}/empty.npz: not a readable .npz file"),
+    ("inputs truncated", ["--inputs", "{dir}/truncated.npz"], "--inputs {dir}/truncated.npz: not a readable .npz file"),
+    ("inputs .npy", ["--inputs", "{dir}/single.npy"], "a single array (.npy), not an .npz archive"),
+    ("model is a directory", ["--model", "{dir}/a-dir"], "--model {dir}/a-dir: is a directory, not an .onnx file"),
+    ("model empty file", ["--model", "{dir}/empty.onnx"], "--model {dir}/empty.onnx: the graph has no nodes"),
+    ("unknown output", ["--output", "nope"], "--output nope: the model has no such output (its outputs: y)"),
+    ("reference width", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_width.npz"],
+     "--reference {dir}/ref_width.npz: y has shape (4, 9), the model's output y with this batch is (batch=4, 8)"),
+    ("reference rows", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_rows.npz"],
+     "--reference {dir}/ref_rows.npz: y has shape (3, 8), the model's output y with this batch is (batch=4, 8)"),
+    ("reference names", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_names.npz"],
+     "do not match the outputs checked (y): missing ['y'], unexpected ['z']"),
+    ("reference not numbers", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_text.npz"], "y holds <U1 values"),
+    ("reference is a directory", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/a-dir"],
+     "--reference {dir}/a-dir: is a directory, not an .npz file"),
+    ("python without wheels", ["--python", "2.7"],
+     "--python 2.7: no onnxruntime release of 1.19.0..1.20.0 has a wheel for x86_64 / Python 2.7"),
+    ("resume unknown run", ["--resume", "no-such-run"], "--resume no-such-run: no such run in "),
+    ("resume not a run id", ["--resume", "../elsewhere"], "--resume '../elsewhere': not a run id"),
+    ("resume two archs", ["--arch", "x86_64,aarch64", "--resume", "r"], "--resume r: a run has one arch"),
+    ("unknown cpu", ["--arch", "aarch64", "--cpu", "nonsense"], "--cpu nonsense: not a CPU model of qemu-aarch64"),
+    ("cache dir is a file", ["--cache-dir", "{dir}/a-file"], "--cache-dir {dir}/a-file: is a file, not a directory"),
+    ("cache dir under a file", ["--cache-dir", "{dir}/a-file/sub"], "{dir}/a-file is a file, not a directory"),
+    ("results dir is a file", ["--results-dir", "{dir}/a-file"], "--results-dir {dir}/a-file: is a file, not a directory"),
+    ("negative bound", ["--bad-if", "max-abs>-5"], "--bad-if 'max-abs>-5': the bound must be a finite number >= 0"),
+    ("infinite bound", ["--bad-if", "max-abs>1e999"], "the bound must be a finite number >= 0"),
+    ("timeout nan", ["--timeout", "nan"], "Invalid value for '--timeout': 'nan' is not a finite number"),
+    ("timeout inf", ["--timeout", "inf"], "Invalid value for '--timeout': 'inf' is not a finite number"),
+    ("timeout below 1", ["--timeout", "0.5"], "Invalid value for '--timeout'"),
+    ("unknown arch", ["--arch", "sparc"], "--arch sparc: no backend runs sparc probes"),
+    ("offline without a listing", ["--cache-dir", "{dir}/empty-cache"], "--offline: no cached onnxruntime release listing"),
 ]
 
 
-@pytest.mark.parametrize("name, change, message", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_exits_2_with_one_line(bisect, files, name, change, message):
-    args = {"--model": str(files["good"]), "--inputs": str(files["batch"]), "--from": "1.19.0", "--to": "1.20.0"}
+def argv_for(files, change: list[str], cache_dir, results) -> list[str]:
+    """A good `run` command line (offline: the test cache has the listing) with `change` applied."""
+    args = {"--model": str(files["good"]), "--inputs": str(files["batch"]), "--from": "1.19.0", "--to": "1.20.0",
+            "--cache-dir": str(cache_dir), "--results-dir": str(results)}
     flags = []
     it = iter(change)
     for flag in it:
@@ -57,13 +113,29 @@ def test_bad_input_exits_2_with_one_line(bisect, files, name, change, message):
             args[flag] = next(it).format(dir=files["dir"])
         else:
             flags.append(flag)
-    argv = ["run"]
+    argv = ["run", "--offline"]
     for flag, value in args.items():
         if value:
             argv += [flag, value]
-    r = bisect(*argv, *flags)
+    return [*argv, *(f.format(dir=files["dir"]) for f in flags)]
+
+
+@pytest.mark.parametrize("name, change, message", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_exits_2_with_one_line(files, cache_dir, tmp_path, monkeypatch, name, change, message):
+    results = tmp_path / "results"
+    with inproc.nothing_provisioned(monkeypatch):
+        r = inproc.run(*argv_for(files, change, cache_dir, results))
     assert r.returncode == 2, (r.returncode, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
+    assert len(r.lines) == 1, r.stderr
     assert "Traceback" not in r.stderr
-    assert message in lines[0], lines[0]
+    assert message.format(dir=files["dir"]) in r.lines[0], r.lines[0]
+    assert not results.exists() or inproc.snapshot(results) == {}, "a refused request left files behind"
+
+
+def test_a_real_process_exits_2_with_one_line(bisect, files, tmp_path):
+    """The same contract seen from outside: the exit status and stderr of `python -m harness.cli`."""
+    r = bisect("run", "--model", str(files["dir"] / "a-dir"), "--inputs", str(files["batch"]),
+               "--from", "1.19.0", "--to", "1.20.0", "--offline")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --model {files['dir'] / 'a-dir'}: is a directory, not an .onnx file"]
+    assert not (tmp_path / "results").exists()

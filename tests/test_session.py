@@ -97,3 +97,18 @@ def test_probe_releases_probes_only_what_is_missing(tmp_path):
     records = probe_releases(plan, ["1.22.1", "1.21.0"])
     assert records["1.21.0"]["verdict"] == "bad" and records["1.22.1"]["verdict"] == "bad"
     assert sorted(plan.runner.calls[len(before):]) == sorted({"1.21.0", "1.22.1"} - set(before))
+
+
+def test_each_predicate_keeps_its_own_cell_document_and_reuses_the_probes(tmp_path):
+    """A rerun with another --bad-if judges the same probes again; the first predicate's result stays."""
+    first = run_search(plan_for(tmp_path, regression_at("1.21.0"))).doc
+    plan = plan_for(tmp_path, regression_at("1.21.0"))
+    plan.predicate = parse_predicate("max-abs>1e4")
+    again = run_search(plan).doc
+    probed = {p["version"] for p in first["probes"]}
+    assert all(p["reused"] for p in again["probes"] if p["version"] in probed)
+    cells = sorted(p.name for p in (plan.store.dir / "cells").iterdir())
+    assert cells == [f"regression-{VERSIONS[0]}-{VERSIONS[-1]}-max-abs_10000.json",
+                     f"regression-{VERSIONS[0]}-{VERSIONS[-1]}-nan-or-inf.json"]
+    kept = json.loads((plan.store.dir / "cells" / cells[1]).read_text())
+    assert (kept["predicate"], kept["first_bad"]) == ("nan-or-inf", "1.21.0")

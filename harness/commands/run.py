@@ -41,9 +41,15 @@ def search_and_render(opts: dict, sweep: bool) -> int:
         raise UsageError(f"--arch {opts['arch']!r}: give distinct architectures, e.g. x86_64,aarch64")
     if opts.get("resume") and len(archs) > 1:
         raise UsageError(f"--resume {opts['resume']}: a run has one arch; give one --arch, not {opts['arch']}")
+    specs = [search_spec({**opts, "arch": arch}) for arch in archs]
+    if len(specs) > 1:
+        from harness.request import check
+
+        for spec in specs:  # every arch's request is refused before the first probe of any
+            check(spec)
     docs = []
-    for arch in archs:
-        doc = _search_one({**opts, "arch": arch}, sweep)
+    for spec in specs:
+        doc = _search_one(spec, opts, sweep)
         if doc is None:
             return EXIT_INTERRUPTED
         docs.append(doc)
@@ -56,12 +62,12 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     return min(exit_status(d) for d in docs)  # a boundary found on any arch is a finding
 
 
-def _search_one(opts: dict, sweep: bool) -> dict | None:
+def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
     from harness.plan import make_plan
     from harness.render import ProbeLines, reduction_summary, run_table
     from harness.session import run_search
 
-    plan = make_plan(search_spec(opts), log=log_to_stderr)
+    plan = make_plan(spec, log=log_to_stderr)
     with ProbeLines(err) as progress:
         try:
             found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
