@@ -143,7 +143,8 @@ def main(argv):
         elif FULL_MODEL_HUB:
             model = fetch_full_model()
         else:
-            sys.exit("give the model: python %s --full %s" % (sys.argv[0], FULL_MODEL_FILE))
+            print("give the model: python %s --full %s" % (sys.argv[0], FULL_MODEL_FILE), file=sys.stderr)
+            return 2  # a usage error, not a verdict: 1 means bad
         if isinstance(model, str):
             with open(model, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != FULL_MODEL_SHA256:
