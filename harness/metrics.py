@@ -1,0 +1,94 @@
+"""Graded numbers of one probe: how close to the fp16 ceiling, how far from a reference. Pure.
+
+Stored with each probe's raw record (`record["metrics"]`), so any predicate
+can judge it later and `bisect drift` can follow a number across releases
+without probing again. What is measured:
+
+* per output, from the worker's own statistics: max |x|, the fp16 headroom
+  (max |x| / 65504) of fp16 outputs, the count of all-zero rows;
+* with a reference (a file, another release's outputs, the model in fp32):
+  per output the cosine of each row with the reference row (the worst row is
+  kept) and the largest relative difference. A row holding NaN or Inf counts
+  as cosine -1 (as far from the reference as a row can be) and makes the
+  relative difference non-finite (stored as None, with the row count).
+
+Everything is a plain float, int or None: a record is JSON.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FP16_MAX = 65504.0
+
+
+def headroom(stats: dict) -> float | None:
+    """max |x| over the fp16 ceiling, for an fp16 output whose worker statistics hold a max |x|."""
+    if stats.get("dtype") != "float16" or stats.get("max_abs") is None:
+        return None
+    return float(stats["max_abs"]) / FP16_MAX
+
+
+def compare(output: np.ndarray, reference: np.ndarray) -> dict:
+    """Per-row cosine (worst row) and max relative difference of one output against its reference."""
+    a = np.asarray(output, np.float64)
+    r = np.asarray(reference, np.float64)
+    if a.shape != r.shape:
+        return {"error": f"shape {list(a.shape)} vs the reference's {list(r.shape)}"}
+    rows_a = a.reshape(a.shape[0], -1) if a.ndim else a.reshape(1, 1)
+    rows_r = r.reshape(r.shape[0], -1) if r.ndim else r.reshape(1, 1)
+    finite = np.isfinite(rows_a).all(axis=1) & np.isfinite(rows_r).all(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        na, nr = np.linalg.norm(rows_a, axis=1), np.linalg.norm(rows_r, axis=1)
+        dot = (rows_a * rows_r).sum(axis=1)
+        both_zero = (na == 0) & (nr == 0)
+        cos = np.where(both_zero, 1.0, np.where((na > 0) & (nr > 0), dot / (na * nr), 0.0))
+        cos = np.where(finite & np.isfinite(cos), np.clip(cos, -1.0, 1.0), -1.0)
+        rel = np.abs(rows_a - rows_r) / np.maximum(np.abs(rows_r), np.finfo(np.float32).tiny)
+    worst = int(np.argmin(cos)) if cos.size else None
+    nonfinite = int((~finite).sum())
+    return {
+        "cosine_min": float(cos.min()) if cos.size else None,
+        "worst_row": worst,
+        "rel_diff_max": None if nonfinite else float(rel.max(initial=0.0)),
+        "nonfinite_rows": nonfinite,
+    }
+
+
+def probe_metrics(result: dict | None, outputs: dict[str, np.ndarray] | None = None,
+                  reference: dict[str, np.ndarray] | None = None, reference_id: str | None = None) -> dict:
+    """The metrics of one finished probe: `result` is the worker's, `outputs` its saved arrays.
+
+    Comparison keys appear only when both `outputs` and `reference` are given;
+    `reference_id` names the reference they were made against.
+    """
+    per: dict[str, dict] = {}
+    for stats in (result or {}).get("outputs") or []:
+        per[stats["name"]] = {"dtype": stats.get("dtype"), "max_abs": stats.get("max_abs"),
+                              "headroom": headroom(stats), "zero_rows": stats.get("zero_rows")}
+    doc: dict = {"outputs": per}
+    maxes = [m["max_abs"] for m in per.values() if m["max_abs"] is not None]
+    rooms = [m["headroom"] for m in per.values() if m["headroom"] is not None]
+    doc["max_abs"] = max(maxes) if maxes else None
+    doc["headroom"] = max(rooms) if rooms else None
+    if outputs is not None and reference is not None:
+        compared = {name: compare(outputs[name], reference[name]) for name in per
+                    if name in outputs and name in reference}
+        for name, c in compared.items():
+            per[name].update(c)
+        errors = [f"{n}: {c['error']}" for n, c in compared.items() if "error" in c]
+        good = [c for c in compared.values() if "error" not in c]
+        doc["reference"] = reference_id
+        if errors or not good:
+            doc["comparison_error"] = "; ".join(errors) or "no output in common with the reference"
+        else:
+            doc["cosine_min"] = min(c["cosine_min"] for c in good)
+            rel = [c["rel_diff_max"] for c in good]
+            doc["rel_diff_max"] = None if None in rel else max(rel)
+            doc["nonfinite_rows"] = max(c["nonfinite_rows"] for c in good)
+    return doc
+
+
+def of_record(record: dict) -> dict:
+    """The record's stored metrics, or those its worker result gives (records made before metrics were stored)."""
+    return record.get("metrics") or probe_metrics(record.get("result"))
