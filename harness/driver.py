@@ -20,8 +20,10 @@ from typing import Protocol
 import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
-from harness.history import latest_by_version
+from harness.history import latest_by_version, own_records
+from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, run_probe
+from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
 from harness.results import RunStore
 from harness.runners.base import Runner, kill_live_workers
 from harness.search import Step, bisect_step, sweep_step
@@ -56,7 +58,7 @@ class RunOutcome:
 
 class Driver:
     def __init__(self, runner: Runner, releases: list[Release], store: RunStore, job: ProbeJob,
-                 predicate: Predicate, reference: dict[str, np.ndarray] | None = None,
+                 predicate: Predicate, reference: Reference | None = None,
                  observer: Observer | None = None, jobs: int = 1, prefetch: bool = True):
         self.runner = runner
         self.releases = releases
@@ -71,20 +73,24 @@ class Driver:
         self._lock = threading.Lock()
 
     def judge(self, record: dict) -> dict:
-        """The record with its verdict under this run's predicate."""
-        outputs = None
-        path = self.store.outputs_path(record["version"])
-        if self.predicate.needs_reference and path.exists():
-            with np.load(path) as data:
-                outputs = {k: data[k] for k in data.files}
-        return judge(record, self.predicate, self.reference, outputs)
+        """The record with its verdict under this run's predicate (compared again if it was against another reference)."""
+        ref = self.reference
+        stored = (record.get("metrics") or {}).get("reference")
+        if ref is None or record.get("status") != "ran" or stored == ref.id:
+            return judge(record, self.predicate)
+        arrays = self._reference_arrays(record["version"])
+        outputs = _load(self.store.outputs_path(record["version"]))
+        return judge(record, self.predicate, arrays, outputs, ref.id)
 
     def run(self, mode: str = "regression", sweep: bool = False) -> RunOutcome:
         index = {r.version: i for i, r in enumerate(self.releases)}
+        self._reference_release()
         records: dict[str, dict] = {}
         # The newest record of each release decides (a merge or --refresh may have appended older ones later).
-        for version, rec in latest_by_version(self.store.records()).items():
+        for version, rec in latest_by_version(own_records(self.store.records())).items():
             if version in index:
+                if self._needs_fp32(rec):
+                    self._append(self._probe_fp32(self.releases[index[version]]))
                 records[version] = self.judge(rec)
                 self.observer.probe_finished(records[version], reused=True)
         outcome = RunOutcome(self.releases, Step("probing"), records)
@@ -113,15 +119,10 @@ class Driver:
                 futures.append(probes.submit(self._probe, self.releases[i], job))
             try:
                 for fut in as_completed(futures):
-                    rec = fut.result()
-                    try:
-                        self.store.append(rec)  # on disk before anything else happens
-                    except OSError as exc:
-                        kill_live_workers()
-                        raise HarnessError(
-                            f"cannot record the probe of {rec['version']} in {self.store.dir}: {exc.strerror or exc}; "
-                            f"{len(self.store.records())} earlier probes are saved, this one is not"
-                        ) from None
+                    made = fut.result()  # the fp32 reference's probe first, if one was made; the probe last
+                    for rec in made:
+                        self._append(rec)  # on disk before anything else happens
+                    rec = made[-1]
                     records[rec["version"]] = self.judge(rec)
                     outcome.probed_now.append(rec["version"])
                     self.observer.probe_finished(records[rec["version"]], reused=False)
@@ -132,10 +133,102 @@ class Driver:
                 kill_live_workers()
                 raise
 
-    def _probe(self, release: Release, job: ProbeJob) -> dict:
+    def _append(self, rec: dict) -> None:
+        try:
+            self.store.append(rec)
+        except OSError as exc:
+            kill_live_workers()
+            raise HarnessError(
+                f"cannot record the probe of {rec['version']} in {self.store.dir}: {exc.strerror or exc}; "
+                f"{len(self.store.records())} earlier probes are saved, this one is not"
+            ) from None
+
+    def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> list[dict]:
+        """The probe of `release` with its metrics; with an fp32 reference, the reference's probe before it."""
+        made = [self._probe_fp32(release)] if self._fp32_missing(release.version) else []
         # Scratch files live outside the results: a full results disk must not fail the probe itself.
         with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
-            return run_probe(self.runner, release, job, Path(scratch), self.store.outputs_path(release.version))
+            rec = run_probe(self.runner, release, job, Path(scratch), self.store.outputs_path(release.version, series))
+        if series:
+            rec["series"] = series
+        if rec["status"] == "ran":
+            arrays, outputs = None, None
+            if self.reference is not None:
+                arrays = made[0]["_arrays"] if made else self._reference_arrays(release.version)
+                outputs = _load(self.store.outputs_path(release.version, series)) if arrays is not None else None
+            rec["metrics"] = probe_metrics(rec.get("result"), outputs, arrays,
+                                           self.reference.id if arrays is not None else None)
+        for m in made:
+            m.pop("_arrays", None)
+        return [*made, rec]
+
+    # --- references ------------------------------------------------------------------------------
+
+    def _reference_release(self) -> None:
+        """The reference release's outputs, from the run or probed now (inside the range: as its own probe)."""
+        ref = self.reference
+        if ref is None or ref.kind != "release" or ref.arrays is not None:
+            return
+        version = ref.release.version
+        mine = [r for r in self.store.records() if r["version"] == version and not r.get("combo_id")
+                and r.get("series") in (None, RELEASE_SERIES)]
+        for rec in sorted(mine, key=lambda r: r.get("finished") or "", reverse=True):
+            path = self.store.outputs_path(version, rec.get("series"))
+            if rec["status"] == "ran" and path.exists():
+                ref.arrays = _load(path)
+                return
+        inside = next((r for r in self.releases if r.version == version), None)
+        series = None if inside else RELEASE_SERIES
+        release = inside or ref.release
+        self.observer.probe_started(version)
+        saved_ref, self.reference = self.reference, None  # the reference's own probe compares with nothing
+        try:
+            made = self._probe(release, self.job, series)
+        finally:
+            self.reference = saved_ref
+        for rec in made:
+            self._append(rec)
+        rec = made[-1]
+        if rec["status"] != "ran":
+            raise HarnessError(f"--reference-release {version}: the reference did not run ({rec['status']}: "
+                               f"{rec.get('reason')}); choose another release")
+        ref.arrays = _load(self.store.outputs_path(version, series))
+
+    def _fp32_missing(self, version: str) -> bool:
+        if self.reference is None or self.reference.kind != "fp32":
+            return False
+        return self._fp32_record(version) is None
+
+    def _needs_fp32(self, rec: dict) -> bool:
+        """A stored probe compared with no fp32 run of its release yet: that run is made now."""
+        return (rec.get("status") == "ran" and self._fp32_missing(rec["version"])
+                and (rec.get("metrics") or {}).get("reference") != self.reference.id)
+
+    def _fp32_record(self, version: str) -> dict | None:
+        found = [r for r in self.store.records() if r["version"] == version and r.get("series") == FP32_SERIES
+                 and (r.get("reference") == self.reference.id)]
+        return found[-1] if found else None
+
+    def _probe_fp32(self, release: Release) -> dict:
+        """The fp32 model on `release`: its record (series reference-fp32), with its arrays under `_arrays`."""
+        job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1)
+        path = self.store.outputs_path(release.version, FP32_SERIES)
+        with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-fp32-") as scratch:
+            rec = run_probe(self.runner, release, job, Path(scratch), path)
+        rec.update(series=FP32_SERIES, reference=self.reference.id)
+        rec["_arrays"] = _load(path) if rec["status"] == "ran" else None
+        return rec
+
+    def _reference_arrays(self, version: str) -> dict[str, np.ndarray] | None:
+        ref = self.reference
+        if ref is None:
+            return None
+        if ref.kind != "fp32":
+            return ref.arrays
+        rec = self._fp32_record(version)
+        if rec is None or rec["status"] != "ran":
+            return None
+        return _load(self.store.outputs_path(version, FP32_SERIES))
 
     def _prefetch(self, pool: ThreadPoolExecutor, release: Release) -> None:
         with self._lock:
@@ -157,3 +250,10 @@ class Driver:
             return self.job
         share = max(1, (os.cpu_count() or 1) // self.jobs)
         return dataclasses.replace(self.job, session_options={**self.job.session_options, "intra_op_num_threads": share})
+
+
+def _load(path: Path) -> dict[str, np.ndarray] | None:
+    if not path.exists():
+        return None
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}

@@ -44,6 +44,11 @@ def newest_key(indexed: tuple[int, dict]) -> tuple[str, int]:
     return (rec.get("finished") or "", i)
 
 
+def own_records(records: list[dict]) -> list[dict]:
+    """A run's own search probes: triage combos and series (repeats, references) left out."""
+    return [r for r in records if not (r.get("combo_id") or r.get("series"))]
+
+
 def latest_by_version(records: list[dict]) -> dict[str, dict]:
     """version -> its newest record (greatest `finished`, then the later line)."""
     best: dict[str, tuple[tuple[str, int], dict]] = {}

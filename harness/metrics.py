@@ -51,6 +51,7 @@ def compare(output: np.ndarray, reference: np.ndarray) -> dict:
         "cosine_min": float(cos.min()) if cos.size else None,
         "worst_row": worst,
         "rel_diff_max": None if nonfinite else float(rel.max(initial=0.0)),
+        "max_abs_diff": None if nonfinite else float(np.abs(rows_a - rows_r).max(initial=0.0)),
         "nonfinite_rows": nonfinite,
     }
 
@@ -63,8 +64,8 @@ def probe_metrics(result: dict | None, outputs: dict[str, np.ndarray] | None = N
     `reference_id` names the reference they were made against.
     """
     per: dict[str, dict] = {}
-    for stats in (result or {}).get("outputs") or []:
-        per[stats["name"]] = {"dtype": stats.get("dtype"), "max_abs": stats.get("max_abs"),
+    for i, stats in enumerate((result or {}).get("outputs") or []):
+        per[stats.get("name", f"output {i}")] = {"dtype": stats.get("dtype"), "max_abs": stats.get("max_abs"),
                               "headroom": headroom(stats), "zero_rows": stats.get("zero_rows")}
     doc: dict = {"outputs": per}
     maxes = [m["max_abs"] for m in per.values() if m["max_abs"] is not None]

@@ -36,7 +36,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from harness import surgery
+from harness import metrics, surgery
 
 FP16 = TensorProto.FLOAT16
 FP32 = TensorProto.FLOAT
@@ -216,34 +216,6 @@ def magnitudes_from_trace(trace_result) -> dict[str, float]:
     return out
 
 
-def output_distance(a: dict[str, np.ndarray], ref: dict[str, np.ndarray], names: list[str] | None = None) -> dict:
-    """Cosine (per row, worst row) and max |a - ref| over the outputs both hold."""
-    res = {}
-    for name in names or sorted(set(a) & set(ref)):
-        if name not in a or name not in ref:
-            continue
-        x = np.asarray(a[name], np.float64)
-        r = np.asarray(ref[name], np.float64)
-        if x.shape != r.shape:
-            res[name] = {"error": f"shape {x.shape} vs {r.shape}"}
-            continue
-        rows_x = x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1)
-        rows_r = r.reshape(r.shape[0], -1) if r.ndim else r.reshape(1, 1)
-        finite = bool(np.isfinite(x).all())
-        with np.errstate(invalid="ignore", divide="ignore"):
-            num = (rows_x * rows_r).sum(axis=1)
-            den = np.linalg.norm(rows_x, axis=1) * np.linalg.norm(rows_r, axis=1)
-            cos = np.where(den > 0, num / np.where(den > 0, den, 1), np.where(np.linalg.norm(rows_x - rows_r, axis=1) == 0, 1.0, 0.0))
-        diff = np.abs(x - r)
-        res[name] = {
-            "finite": finite,
-            "min_cosine": float(np.nanmin(cos)) if np.isfinite(cos).any() and finite else None,
-            "mean_cosine": float(np.nanmean(cos)) if finite else None,
-            "max_abs_diff": float(diff.max()) if finite and diff.size else None,
-        }
-    return res
-
-
 def save_model(model: onnx.ModelProto, path: Path) -> tuple[Path, str]:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = model.SerializeToString()
@@ -295,19 +267,13 @@ def culprits_of(plan, mode: str = "regression", jobs: int = 1, log=None) -> dict
     return info
 
 
-def reference_model(plan, given: Path | None, dest_dir: Path) -> tuple[Path, str]:
-    """(path, how) of the fp32 reference: --reference-model, an embedded model's twin, or converted here."""
+def reference_model(plan, given: Path | None) -> tuple[Path, str]:
+    """(path, how) of the fp32 reference: --reference-model, else the model in fp32 (harness.reference)."""
     if given:
         return Path(given), "given with --reference-model"
-    spec = plan.probe_inputs.model.spec
-    if spec.source == "generated":
-        from harness import embedded
+    from harness.reference import fp32_model
 
-        made = embedded.materialize(spec.generator, plan.runner.cache_dir / "models" / spec.name)
-        return Path(made["model_fp32"]), "the embedded model's fp32 twin (same weights)"
-    src = onnx.load(str(plan.probe_inputs.model.path))
-    path, _ = save_model(to_fp32(src), dest_dir / f"{plan.probe_inputs.model.name}.fp32.onnx")
-    return path, "the model converted to fp32 here (every node in fp32, fp16 interface kept)"
+    return fp32_model(plan.probe_inputs.model, plan.runner.cache_dir)
 
 
 def _sweep(spec, jobs: int = 1):
@@ -330,7 +296,7 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
     found = culprits_of(plan, jobs=jobs, log=log)
     culprits = [c for c in (found.get("suspect"), found.get("first_nonfinite"), *nodes) if c]
     culprits = list(dict.fromkeys(culprits))
-    ref_path, ref_how = reference_model(plan, reference, out_dir)
+    ref_path, ref_how = reference_model(plan, reference)
     by_version = {r.version: r for r in plan.releases}
     at = found.get("first_bad") or plan.releases[-1].version
     log(f"fp32 magnitudes: tracing the reference model on {at}")
@@ -357,7 +323,8 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
         dist = None
         a, b = load_outputs(pplan.store.outputs_path(v)), load_outputs(rplan.store.outputs_path(v))
         if a is not None and b is not None:
-            dist = output_distance(a, b, list(plan.job.outputs) or None)
+            names = [n for n in (list(plan.job.outputs) or sorted(a)) if n in a and n in b]
+            dist = {n: metrics.compare(a[n], b[n]) for n in names}
         rows.append({"version": v, "original": found["original"].get(v), "patched": prec.get("verdict"),
                      "patched_why": prec.get("why"), "reference": rrec.get("verdict"), "distance": dist})
     judged = [row for row in rows if row["patched"] in ("good", "bad")]
@@ -380,8 +347,8 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
         "releases": rows,
         "all_clean": bool(judged) and len(judged) == len(rows) and all(row["patched"] == "good" for row in rows),
     }
-    worst = [d["min_cosine"] for row in rows for d in (row["distance"] or {}).values()
-             if isinstance(d, dict) and d.get("min_cosine") is not None]
+    worst = [d["cosine_min"] for row in rows for d in (row["distance"] or {}).values()
+             if isinstance(d, dict) and d.get("cosine_min") is not None]
     maxabs = [d["max_abs_diff"] for row in rows for d in (row["distance"] or {}).values()
               if isinstance(d, dict) and d.get("max_abs_diff") is not None]
     doc["worst_cosine"] = min(worst) if worst else None

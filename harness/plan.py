@@ -13,12 +13,10 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
-from harness import inputs as inputs_mod
 from harness import request
 from harness.errors import UsageError
 from harness.probe import ProbeJob
+from harness.reference import Reference
 from harness.request import ProbeInputs
 from harness.results import MANIFEST, RunStore, run_id_for
 from harness.runners import Log, Runner, quiet
@@ -44,7 +42,8 @@ class SearchSpec:
     resume: str | None = None
     timeout: float = 600.0
     bad_if: str = "nan-or-inf"
-    reference: Path | None = None
+    reference: Path | str | None = None  # FILE.npz, or "fp32"
+    reference_release: str | None = None
     session_options: dict = field(default_factory=dict)
     repeat: int = 1
     memory_limit_mb: int | None = None
@@ -58,7 +57,7 @@ class Plan:
     store: RunStore
     job: ProbeJob
     predicate: Predicate
-    reference: dict[str, np.ndarray] | None
+    reference: Reference | None
     probe_inputs: ProbeInputs
 
 
@@ -86,7 +85,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest},
             "predicate": str(req.predicate),
-            "reference": {"path": str(spec.reference), "digest": inputs_mod.arrays_digest(reference)} if reference else None}
+            "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label} if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
                    spec.memory_limit_mb)
@@ -102,6 +101,7 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
     if request.predicate(spec.bad_if).needs_reference:
         raise UsageError(f"--bad-if {spec.bad_if}: needs a reference; use `bisect run` for that")
     plan = make_plan(dataclasses.replace(spec, from_=version, to=version, resume=None, reference=None,
+                                         reference_release=None,
                                          range_flags=("--version", "--version")), command, log)
     plan.store.discard_if_unused()
     return plan

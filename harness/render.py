@@ -62,15 +62,28 @@ class ProbeLines:
                                f"{escape(record.get('why') or '')} ({how})")
 
 
+def _number(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
 def run_table(doc: dict) -> Table:
+    """One row per probe; graded metrics (fp16 headroom, worst cosine with the reference) where probes have them."""
     t = Table(title=f"onnxruntime probes · {target_label(doc.get('provenance') or {})}", title_justify="left")
+    metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
+                                                             ("cosine_min", "worst cosine", ".6f"))
+                   if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
-                      ("rows", "right"), ("seconds", "right"), ("note", "left")):
+                      ("rows", "right"), *((title, "right") for _, title, _ in metric_cols), ("seconds", "right"),
+                      ("note", "left")):
         t.add_column(col, justify=just)
     for p in doc["probes"]:
+        m = p.get("metrics") or {}
+        kinds = {d.split("<")[0].split(">")[0] for d in p.get("decided_by") or ["nan"]}
+        shown = p["verdict"] == "good" or (p["verdict"] == "bad" and kinds <= {"nan", "nan-or-inf", "cosine", "headroom"})
+        note = "" if shown else (p.get("why") or "")  # the columns already say it
         t.add_row(p["version"], verdict(p["verdict"]), str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
-                  str(p["rows"] or 0), f"{p['seconds']:.2f}",
-                  ("saved; " if p["reused"] else "") + ("" if p["verdict"] in ("good", "bad") else escape(p.get("why") or "")))
+                  str(p["rows"] or 0), *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
+                  f"{p['seconds']:.2f}", ("saved; " if p["reused"] else "") + escape(note))
     return t
 
 
@@ -112,7 +125,7 @@ def mitigation_table(doc: dict) -> Table:
     for row in doc["releases"]:
         d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
         cells = [row["version"], *(verdict(row[key]) for key in ("original", "patched", "reference"))]
-        cells.append(f"{d['min_cosine']:.8f}" if d.get("min_cosine") is not None else "-")
+        cells.append(f"{d['cosine_min']:.8f}" if d.get("cosine_min") is not None else "-")
         cells.append(f"{d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "-")
         t.add_row(*cells)
     return t

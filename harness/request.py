@@ -5,8 +5,9 @@ run store, so a request refused here leaves no trace: no run directory, no
 line in a manifest, no probe. Every refusal is a UsageError (exit status 2,
 one line) that names what the user typed. The checks run cheapest first:
 
-1. numbers and words: --timeout, --bad-if (a bound >= 0), --reference given
-   exactly when the predicate needs one;
+1. numbers and words: --timeout, --bad-if (a bound >= 0), one reference at
+   most (--reference FILE.npz or fp32, --reference-release), given whenever
+   the predicate compares with one;
 2. the target, by the runner registry's rules (arch, backend, --cpu, the
    Python a backend runs, --memory-limit): a runner is made, not provisioned;
 3. what is named on the command line: --cache-dir and --results-dir are (or
@@ -33,7 +34,9 @@ import onnx
 
 from harness import inputs as inputs_mod
 from harness import models
+from harness import reference as reference_mod
 from harness.errors import UsageError
+from harness.reference import Reference
 from harness.results import RunStore
 from harness.runners import Runner, make_runner
 from harness.uvtool import uv_bin
@@ -61,7 +64,7 @@ class Request:
     """A request that passed every check: what a plan is made of (the runner is not provisioned yet)."""
 
     predicate: Predicate
-    reference: dict[str, np.ndarray] | None
+    reference: Reference | None
     runner: Runner
     releases: list[Release]
     probe_inputs: ProbeInputs
@@ -72,8 +75,11 @@ class Request:
 def predicate(text: str) -> Predicate:
     """`--bad-if TEXT` as a Predicate; a bound must be a finite number >= 0 (max |x| and differences are)."""
     pred = parse_predicate(text)
-    if pred.bound is not None and not (math.isfinite(pred.bound) and pred.bound >= 0):
-        raise UsageError(f"--bad-if {text!r}: the bound must be a finite number >= 0")
+    for c in pred.conditions:
+        if c.bound is not None and not (math.isfinite(c.bound) and c.bound >= 0):
+            raise UsageError(f"--bad-if '{c}': the bound must be a finite number >= 0")
+        if c.kind == "cosine" and c.bound > 1:
+            raise UsageError(f"--bad-if {c}: a cosine is at most 1")
     return pred
 
 
@@ -115,10 +121,12 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     """
     seconds(spec.timeout)
     pred = predicate(spec.bad_if)
-    if pred.needs_reference and not spec.reference:
-        raise UsageError(f"--bad-if {pred}: give the reference outputs with --reference FILE.npz")
-    if spec.reference and not pred.needs_reference:
-        raise UsageError("--reference is used only with --bad-if rel-diff>B")
+    given = [f for f, v in (("--reference", spec.reference), ("--reference-release", spec.reference_release)) if v]
+    if len(given) > 1:
+        raise UsageError("give one reference: --reference FILE.npz, --reference fp32 or --reference-release V")
+    if pred.needs_reference and not given:
+        raise UsageError(f"--bad-if {pred}: compares with a reference; give --reference fp32, "
+                         "--reference-release V or --reference FILE.npz")
 
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
@@ -130,11 +138,15 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
         models.user_file(Path(spec.model), "--model", ".onnx")
     if spec.inputs:
         models.user_file(Path(spec.inputs), "--inputs", ".npz")
-    reference = inputs_mod.load_npz(Path(spec.reference), "--reference") if spec.reference else None
+    by_file = spec.reference is not None and str(spec.reference) != reference_mod.FP32
+    if by_file:
+        models.user_file(Path(spec.reference), "--reference", ".npz")
+    reference = inputs_mod.load_npz(Path(spec.reference), "--reference") if by_file else None
     resumed = _resumed(spec.results_dir, spec.resume)
 
     releases = select_range(release_listing(spec.cache_dir, spec.offline), spec.from_, spec.to, spec.range_flags)
     _check_wheels(spec, runner.target, releases)
+    ref_release = _reference_release(spec, runner.target) if spec.reference_release else None
 
     pi, graph = _model_and_batch(spec)
     if reference is not None:
@@ -142,7 +154,33 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     _check_names(graph, dump, nodes)
     if resumed is not None:
         _check_resumed(spec, resumed, pi, runner)
-    return Request(pred, reference, runner, releases, pi)
+    return Request(pred, _reference(spec, reference, ref_release, pi), runner, releases, pi)
+
+
+def _reference(spec: SearchSpec, arrays: dict[str, np.ndarray] | None, release: Release | None,
+               pi: ProbeInputs) -> Reference | None:
+    if arrays is not None:
+        return reference_mod.from_file(Path(spec.reference), arrays, inputs_mod.arrays_digest(arrays))
+    if release is not None:
+        return reference_mod.from_release(release)
+    if spec.reference is None:
+        return None
+    if not reference_mod.has_fp16(onnx.load(str(pi.model.path), load_external_data=False)):
+        raise UsageError(f"--reference fp32: {pi.model.name} has no fp16 value or weight: it is its own fp32 version")
+    return reference_mod.from_fp32(*reference_mod.fp32_model(pi.model, spec.cache_dir))
+
+
+def _reference_release(spec: SearchSpec, target: Target) -> Release:
+    """The reference release is a release of the index with a wheel for the target (inside the range or not)."""
+    listing = {r.version: r for r in release_listing(spec.cache_dir, spec.offline)}
+    release = listing.get(spec.reference_release)
+    if release is None:
+        raise UsageError(f"--reference-release {spec.reference_release}: no such onnxruntime release "
+                         f"(releases: {', '.join(list(listing)[:3])} ... {', '.join(list(listing)[-3:])})")
+    if not release.wheel_for(target):
+        raise UsageError(f"--reference-release {spec.reference_release}: no wheel for {target.arch} / "
+                         f"Python {target.python}")
+    return release
 
 
 def _resumed(results_dir: Path, run_id: str | None) -> dict | None:

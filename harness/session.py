@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from harness import explain as explain_mod
 from harness import search
 from harness.driver import Driver, Observer, RunOutcome
-from harness.history import RefreshStore, latest_by_version
+from harness.history import RefreshStore, latest_by_version, own_records
 from harness.plan import Plan
 from harness.results import RunStore
 from harness.summary import summary
@@ -56,11 +56,15 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "wall_s": round(time.perf_counter() - started, 3)}
     doc["predicate"] = str(plan.predicate)
+    ref = plan.reference
+    doc["bad_means"] = plan.predicate.words(ref.label if ref else "the reference")
+    doc["reference"] = {"kind": ref.kind, "id": ref.id, "label": ref.label} if ref else None
     doc["refresh"] = refresh
     doc["generated"] = _now()
     doc["host"] = {"machine": platform.machine(), "node": platform.node()}
     default_key = f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}-{plan.predicate}"
-    doc["cell"] = {"key": cell_key or default_key.replace(">", "_")}  # one document per predicate: no `>` in file names
+    # one document per predicate: no `>` or `<` in file names
+    doc["cell"] = {"key": cell_key or default_key.replace(">", "_").replace("<", "_")}
     doc.update(extra or {})
     plan.store.save_summary(cell_key or doc["cell"]["key"], doc)
     return Search(plan, outcome, doc)
@@ -79,8 +83,7 @@ def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = 
 
 def judged_records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
     """The newest record of each release of a run's own search, judged (triage series left out)."""
-    own = [r for r in store.records() if not (r.get("combo_id") or r.get("series"))]
-    return {v: judge(r, predicate) for v, r in latest_by_version(own).items()}
+    return {v: judge(r, predicate) for v, r in latest_by_version(own_records(store.records())).items()}
 
 
 @dataclass

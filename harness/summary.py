@@ -35,10 +35,13 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
         rec = outcome.records.get(r.version)
         if rec is None:
             continue
+        m = rec.get("metrics") or {}
         probes.append({
             "version": r.version,
             "verdict": rec["verdict"],
             "why": rec.get("why"),
+            "decided_by": rec.get("decided_by") or [],
+            "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max") if k in m},
             "nan_rows": rec.get("nan_rows"),
             "inf_rows": rec.get("inf_rows"),
             "rows": rec.get("rows"),

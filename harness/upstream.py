@@ -29,9 +29,24 @@ from harness.versions import parse_version
 
 
 def _predicate(manifest: dict) -> Predicate:
-    """The run's predicate; one that needs a reference file is replaced by the default (the repro has none)."""
-    p = parse_predicate(manifest.get("predicate") or str(Predicate()))
-    return p if not p.needs_reference else Predicate()
+    """The run's predicate (records made against a reference carry their comparison in their metrics)."""
+    return parse_predicate(manifest.get("predicate") or str(Predicate()))
+
+
+def _reference_label(manifest: dict) -> str:
+    return (manifest.get("reference") or {}).get("label") or "the reference"
+
+
+def _without_reference(predicate: Predicate) -> Predicate:
+    """What a repro script can judge by itself: the conditions that need no reference (else the default)."""
+    own = tuple(c for c in predicate.conditions if not c.needs_reference)
+    return Predicate(own) if own else Predicate()
+
+
+SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
+            "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
+            "error": "fails to load or run", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
+            "rel-diff": "outputs that differ from the reference"}
 
 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
@@ -94,7 +109,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     env = environment(recs, key, first_bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, first_bad, predicate) if first_bad else []
     where = where_it_reproduces(env, elsewhere, first_bad)
-    repro = write_repro(store, manifest, key, predicate, embed_limit, where)
+    repro = write_repro(store, manifest, key, _without_reference(predicate), embed_limit, where)
     commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
     doc = {
         "run_id": run_dir.name,
@@ -103,6 +118,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "outputs": key.get("outputs"),
         "session_options": key.get("session_options") or {},
         "predicate": str(predicate),
+        "bad_means": predicate.words(_reference_label(manifest)),
+        "symptom": " or ".join(dict.fromkeys(SYMPTOMS[c.kind] for c in predicate.conditions)),
         "environment": env,
         "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
                     "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows")}
@@ -229,7 +246,8 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
     reduced = _reduced_part(store, embed_limit)
     full = _full_part(manifest, key, embed_limit)
     title = f"{manifest['model']['name']} on onnxruntime (CPUExecutionProvider)"
-    script = repro_mod.script(title=title, predicate=str(predicate), session_options=key.get("session_options") or {},
+    script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
+                              session_options=key.get("session_options") or {},
                               where=where, reduced=reduced, full=full)
     store.save_file(SCRIPT, script)
     return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
@@ -244,16 +262,16 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 def markdown(doc: dict) -> str:
     env = doc["environment"]
     lg, fb = doc["last_good"], doc["first_bad"]
-    what = {"nan-or-inf": "NaN/Inf", "nan": "NaN", "zero-rows": "all-zero"}.get(doc["predicate"], doc["predicate"])
-    title = (f"{doc['model']['name']}: {what} outputs on {env['arch']} CPU since onnxruntime {fb} "
+    title = (f"{doc['model']['name']}: {doc['symptom']} on {env['arch']} CPU since onnxruntime {fb} "
              f"(last good {lg})") if fb else f"{doc['model']['name']}: onnxruntime verdicts on {env['arch']}"
     L = [f"## {title}", ""]
     L += ["### Describe the bug", ""]
     if fb:
         L.append(f"Running `{doc['model']['name']}` through the CPU execution provider gives "
-                 f"{'NaN/Inf' if doc['predicate'] == 'nan-or-inf' else doc['predicate']} rows from onnxruntime "
+                 f"{'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else doc['symptom']} from onnxruntime "
                  f"**{fb}** on; **{lg}** is the last good release (bisected over the releases "
                  f"{doc['releases_in_range'][0]}..{doc['releases_in_range'][-1]} with ortbisect, one fresh process per probe).")
+        L.append(f"A release counts as bad when {doc['bad_means']} (`--bad-if {doc['predicate']}`).")
         if doc["untested_between"]:
             L.append(f"Releases between them that could not be tested: {', '.join(doc['untested_between'])}.")
     else:

@@ -12,48 +12,115 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness.errors import UsageError
+from harness.metrics import of_record, probe_metrics
 
 VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministic")
 
 
 @dataclass(frozen=True)
-class Predicate:
-    """When a finished probe is *bad*. `kind` is one of PREDICATES."""
+class Condition:
+    """One way of being bad: `kind` is one of CONDITIONS, `bound` its threshold where it has one."""
 
-    kind: str = "nan-or-inf"
+    kind: str
     bound: float | None = None
 
     def __str__(self) -> str:
-        return self.kind if self.bound is None else f"{self.kind}>{self.bound:g}"
+        if self.bound is None:
+            return self.kind
+        return f"{self.kind}{'<' if self.kind in BELOW else '>'}{self.bound:g}"
 
     @property
     def needs_reference(self) -> bool:
-        return self.kind == "rel-diff"
+        return self.kind in ("rel-diff", "cosine")
+
+    def words(self, reference: str = "the reference") -> str:
+        b = None if self.bound is None else f"{self.bound:g}"
+        return {
+            "nan-or-inf": "an output row holds NaN or Inf",
+            "nan": "an output row holds NaN",
+            "zero-rows": "an output row is all zeros",
+            "max-abs": f"an output's max |x| is above {b}",
+            "headroom": f"an fp16 output's max |x| is above {b} of the fp16 ceiling (65504)",
+            "rel-diff": f"the largest relative difference from {reference} is above {b}",
+            "cosine": f"the worst row's cosine with {reference} is below {b}",
+            "error": "the model fails to load or run",
+            "crash": "the worker process dies (by a signal or without a result)",
+        }[self.kind]
 
 
-PREDICATES = {
+@dataclass(frozen=True)
+class Predicate:
+    """When a probe is *bad*: when any of its conditions holds (`--bad-if` given several times).
+
+    Errors and crashes are stepped around (like git bisect's skip) unless a
+    condition names them.
+    """
+
+    conditions: tuple[Condition, ...] = (Condition("nan-or-inf"),)
+
+    def __str__(self) -> str:
+        return ",".join(str(c) for c in self.conditions)
+
+    @property
+    def needs_reference(self) -> bool:
+        return any(c.needs_reference for c in self.conditions)
+
+    @property
+    def kinds(self) -> set[str]:
+        return {c.kind for c in self.conditions}
+
+    def words(self, reference: str = "the reference") -> str:
+        """What bad means, in a sentence's words: "the model fails to load or run, or ..."."""
+        return ", or ".join(c.words(reference) for c in self.conditions)
+
+
+CONDITIONS = {
     "nan-or-inf": "any output row holds NaN or Inf (default)",
     "nan": "any output row holds NaN",
     "zero-rows": "any output row is all zeros",
     "max-abs": "max |x| of an output above a bound: max-abs>1e4",
-    "rel-diff": "max relative difference from --reference above a bound: rel-diff>1e-3",
+    "headroom": "max |x| of an fp16 output over 65504 above a bound: headroom>0.9",
+    "rel-diff": "max relative difference from the reference above a bound: rel-diff>1e-3",
+    "cosine": "worst row's cosine with the reference below a bound: cosine<0.999",
+    "error": "the model fails to load or run on the release (the message is kept)",
+    "crash": "the worker dies by a signal or ends without a result",
 }
+PREDICATES = CONDITIONS  # the vocabulary of --bad-if
+BOUNDED = ("max-abs", "headroom", "rel-diff", "cosine")
+BELOW = ("cosine",)  # bad below the bound, not above
 
 
-def parse_predicate(text: str) -> Predicate:
-    m = re.fullmatch(r"\s*([a-z-]+)\s*(?:>\s*([0-9.eE+-]+))?\s*", text)
-    if not m or m.group(1) not in PREDICATES:
-        raise UsageError(f"--bad-if {text!r}: expected one of {', '.join(PREDICATES)} (bounded ones as max-abs>1e4)")
-    kind, bound = m.group(1), m.group(2)
-    bounded = kind in ("max-abs", "rel-diff")
-    if bounded and bound is None:
-        raise UsageError(f"--bad-if {kind} needs a bound, e.g. {kind}>1e-3")
-    if not bounded and bound is not None:
+def _condition(text: str) -> Condition:
+    m = re.fullmatch(r"\s*([a-z-]+)\s*(?:([<>])\s*([0-9.eE+-]+))?\s*", text)
+    if not m or m.group(1) not in CONDITIONS:
+        raise UsageError(f"--bad-if {text.strip()!r}: expected one of {', '.join(CONDITIONS)} "
+                         "(bounded ones as max-abs>1e4, cosine<0.999)")
+    kind, op, bound = m.groups()
+    if kind in BOUNDED and bound is None:
+        want = "<" if kind in BELOW else ">"
+        raise UsageError(f"--bad-if {kind} needs a bound, e.g. {kind}{want}{'0.999' if kind in BELOW else '1e-3'}")
+    if kind not in BOUNDED and bound is not None:
         raise UsageError(f"--bad-if {kind} takes no bound")
+    if bound is not None and op != ("<" if kind in BELOW else ">"):
+        raise UsageError(f"--bad-if {text.strip()!r}: {kind} is bad {'below' if kind in BELOW else 'above'} "
+                         f"its bound: {kind}{'<' if kind in BELOW else '>'}{bound}")
     try:
-        return Predicate(kind, float(bound) if bound is not None else None)
+        return Condition(kind, float(bound) if bound is not None else None)
     except ValueError:
-        raise UsageError(f"--bad-if {text!r}: {bound!r} is not a number") from None
+        raise UsageError(f"--bad-if {text.strip()!r}: {bound!r} is not a number") from None
+
+
+def parse_predicate(text: str | tuple[str, ...] | list[str]) -> Predicate:
+    """`--bad-if` values (each may list several, comma-separated) as one Predicate: bad if any holds."""
+    parts = [p for t in ([text] if isinstance(text, str) else text) for p in t.split(",") if p.strip()]
+    if not parts:
+        raise UsageError(f"--bad-if {text!r}: expected one of {', '.join(CONDITIONS)}")
+    conditions: list[Condition] = []
+    for part in parts:
+        c = _condition(part)
+        if c not in conditions:
+            conditions.append(c)
+    return Predicate(tuple(conditions))
 
 
 def rows_summary(result: dict | None) -> dict:
@@ -84,66 +151,80 @@ def rows_summary(result: dict | None) -> dict:
     }
 
 
-def max_rel_diff(outputs: dict[str, np.ndarray], reference: dict[str, np.ndarray]) -> float:
-    """Largest |a - r| / max(|r|, tiny) over the outputs both hold; NaN/Inf count as infinite."""
-    worst = 0.0
-    for name, ref in reference.items():
-        if name not in outputs:
-            continue
-        a = np.asarray(outputs[name], np.float64)
-        r = np.asarray(ref, np.float64)
-        if a.shape != r.shape:
-            return float("inf")
-        diff = np.abs(a - r) / np.maximum(np.abs(r), np.finfo(np.float32).tiny)
-        if not np.isfinite(diff).all():
-            return float("inf")
-        worst = max(worst, float(diff.max(initial=0.0)))
-    return worst
-
-
 def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] | None = None,
-          outputs: dict[str, np.ndarray] | None = None) -> dict:
-    """The record with its verdict under `predicate` and its row counts: what every reader shows.
+          outputs: dict[str, np.ndarray] | None = None, reference_id: str | None = None) -> dict:
+    """The record with its verdict under `predicate`, its row counts and metrics: what every reader shows.
 
-    `outputs` are the probe's saved outputs, needed only by predicates that
-    compare with a `reference`; without either such a probe is an *error*.
+    The record's stored metrics are used as they are, unless `reference` and
+    the probe's saved `outputs` are given: then the comparison is made here
+    (a record probed before the reference was known, or against another one).
     """
-    rel = None
-    if predicate.needs_reference and record.get("status") == "ran" and reference is not None and outputs is not None:
-        rel = max_rel_diff(outputs, reference)
-    verdict, why = classify(record, predicate, rel)
+    if reference is not None and outputs is not None and record.get("status") == "ran":
+        m = probe_metrics(record.get("result"), outputs, reference, reference_id)
+    else:
+        m = of_record(record)
+    verdict, why, held = classify(record, predicate, m)
     s = rows_summary(record.get("result"))
-    return {**record, "verdict": verdict, "why": why, "predicate": str(predicate),
-            "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
+    return {**record, "verdict": verdict, "why": why, "predicate": str(predicate), "decided_by": held,
+            "metrics": m, "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
 
 
-def classify(outcome: dict, predicate: Predicate, rel_diff: float | None = None) -> tuple[str, str]:
-    """(verdict, reason) for one stored probe outcome.
+def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | None, str]:
+    """(holds, what was measured) of one condition on a probe that ran; holds is None when it cannot tell."""
+    k, b = c.kind, c.bound
+    if k == "nan-or-inf":
+        return bool(s["nan_rows"] or s["inf_rows"]), f"{s['nan_rows']} NaN rows, {s['inf_rows']} Inf rows of {s['rows']}"
+    if k == "nan":
+        return bool(s["nan_rows"]), f"{s['nan_rows']} NaN rows of {s['rows']}"
+    if k == "zero-rows":
+        return bool(s["zero_rows"]), f"{s['zero_rows']} all-zero rows of {s['rows']}"
+    if k == "max-abs":
+        v = s["max_abs"]
+        return (v is None or v > b), (f"max |x| {v:g}" if v is not None else "no finite value")
+    if k == "headroom":
+        v = m.get("headroom")
+        if v is None:
+            return None, "no fp16 output with a finite value"
+        return v > b, f"fp16 headroom {v:.3g}"
+    if k in ("error", "crash"):
+        return False, "loads and runs"
+    if m.get("comparison_error"):
+        return None, m["comparison_error"]
+    if k == "cosine":
+        v = m.get("cosine_min")
+        if v is None:
+            return None, "no comparison with the reference"
+        return v < b, f"worst row's cosine {v:.6g}"
+    v = m.get("rel_diff_max")
+    if "cosine_min" not in m:
+        return None, "no comparison with the reference"
+    if v is None:
+        return True, f"{m.get('nonfinite_rows')} rows non-finite where the reference is finite"
+    return v > b, f"max relative difference {v:.3g}"
+
+
+def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None) -> tuple[str, str, list[str]]:
+    """(verdict, reason, the conditions that held) for one stored probe outcome.
 
     `outcome` holds `status` (ran / skip / timeout / crash / error) and, when
-    the worker finished, its `result`.
+    the worker finished, its `result`; `metrics` are the probe's (of_record).
     """
     status = outcome["status"]
+    if status in ("error", "crash") and status in predicate.kinds:
+        cond = next(str(c) for c in predicate.conditions if c.kind == status)
+        return "bad", outcome.get("reason", status), [cond]
     if status != "ran":
-        return status, outcome.get("reason", status)
+        return status, outcome.get("reason", status), []
     s = rows_summary(outcome.get("result"))
-    k = predicate.kind
-    if k == "nan-or-inf":
-        bad = s["nan_rows"] or s["inf_rows"]
-        why = f"{s['nan_rows']} NaN rows, {s['inf_rows']} Inf rows of {s['rows']}"
-    elif k == "nan":
-        bad = s["nan_rows"]
-        why = f"{s['nan_rows']} NaN rows of {s['rows']}"
-    elif k == "zero-rows":
-        bad = s["zero_rows"]
-        why = f"{s['zero_rows']} all-zero rows of {s['rows']}"
-    elif k == "max-abs":
-        m = s["max_abs"]
-        bad = m is None or m > predicate.bound
-        why = f"max |x| {m:g}" if m is not None else "no finite value"
-    else:
-        if rel_diff is None:
-            return "error", "no outputs to compare with the reference"
-        bad = rel_diff > predicate.bound
-        why = f"max relative difference {rel_diff:.3g} from the reference"
-    return ("bad" if bad else "good"), why
+    m = metrics if metrics is not None else of_record(outcome)
+    measured = [(c, *_measure(c, s, m)) for c in predicate.conditions]
+    held = [(c, what) for c, holds, what in measured if holds]
+    if held:
+        return "bad", "; ".join(what for _, what in held), [str(c) for c, _ in held]
+    unknown = [what for _, holds, what in measured if holds is None]
+    if unknown:
+        return "error", unknown[0], []
+    numeric = [what for c, _, what in measured if c.kind not in ("error", "crash")]
+    if not numeric:
+        numeric = [f"loads and runs ({s['nan_rows']} NaN rows, {s['inf_rows']} Inf rows of {s['rows']})"]
+    return "good", "; ".join(dict.fromkeys(numeric)), []

@@ -36,6 +36,15 @@ def cache_dir() -> Path:
     return TEST_CACHE
 
 
+@pytest.fixture(scope="session")
+def listing(cache_dir) -> Path:
+    """The cache's release listing directory, fetched once if this cache has none yet."""
+    from harness.request import release_listing
+
+    release_listing(cache_dir)
+    return cache_dir / "index"
+
+
 @pytest.fixture
 def bisect(cache_dir, tmp_path):
     """Run `bisect ...` as a user would, in a fresh results directory."""

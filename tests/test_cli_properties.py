@@ -95,7 +95,7 @@ EXPLORE = os.environ.get("ORTBISECT_PROPERTY_EXAMPLES")
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory, cache_dir):
+def world(tmp_path_factory, cache_dir, listing):
     d = tmp_path_factory.mktemp("world")
     builders.save(builders.residual_norm_model(), d / "good.onnx")
     np.savez(d / "good.npz", **builders.residual_norm_inputs())
@@ -128,7 +128,7 @@ def world(tmp_path_factory, cache_dir):
         if probes is not None:
             (runs / name / "probes.jsonl").write_text(probes)
     cache = d / "cache"  # the release listing and nothing else: no environment, no tools
-    shutil.copytree(cache_dir / "index", cache / "index")
+    shutil.copytree(listing, cache / "index")
     with pytest.MonkeyPatch.context() as mp:  # a run as `bisect run` opens it (the native backend provisions nothing)
         mp.setattr(runners.REGISTRY[runners.check_target("auto", NATIVE)], "provision", runners.Runner.provision)
         plan = make_plan(SearchSpec(model=str(d / "good.onnx"), inputs=d / "good.npz", from_="1.20.0", to="1.20.0",

@@ -37,10 +37,10 @@ def model(tmp_path_factory):
 
 
 @pytest.fixture
-def listing_only(cache_dir, tmp_path):
+def listing_only(listing, tmp_path):
     """A cache that holds the release listing and nothing else (no environments, no tools)."""
     cache = tmp_path / "cache"
-    shutil.copytree(cache_dir / "index", cache / "index")
+    shutil.copytree(listing, cache / "index")
     return cache
 
 
@@ -247,7 +247,7 @@ def test_matrix_checks_every_cell_before_the_first_probe(cli, model, listing_onl
 # -- the pieces, directly ------------------------------------------------------------------
 
 def test_single_values():
-    assert request.predicate("max-abs>0").bound == 0
+    assert request.predicate("max-abs>0").conditions[0].bound == 0
     for text in ("max-abs>-5", "rel-diff>-1e-3", "max-abs>1e999"):
         with pytest.raises(UsageError, match="the bound must be a finite number >= 0"):
             request.predicate(text)

@@ -34,10 +34,10 @@ def versions(results: Path) -> list[str]:
 
 
 @pytest.fixture
-def fresh_cache(cache_dir, tmp_path) -> Path:
+def fresh_cache(listing, tmp_path) -> Path:
     """An empty environment cache that knows the release listing (no network needed for it)."""
     cache = tmp_path / "cache"
-    shutil.copytree(cache_dir / "index", cache / "index")
+    shutil.copytree(listing, cache / "index")
     return cache
 
 

@@ -119,7 +119,7 @@ def test_mitigation_and_report_aarch64(bisect, tmp_path):
     assert [row["original"] for row in doc["releases"]] == ["good", "bad"]
     assert [row["patched"] for row in doc["releases"]] == ["good", "good"]
     assert {"/model/layers.1/Add", "/model/scale/Mul"} <= set(doc["island"])
-    assert "converted to fp32 here" in doc["reference"]["how"]
+    assert "converted to fp32" in doc["reference"]["how"]
     assert doc["worst_max_abs"] == 0.0 or doc["worst_max_abs"] < 1e-3
     rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
     assert rep.returncode == 0, rep.stderr

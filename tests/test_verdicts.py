@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from harness.errors import UsageError
-from harness.verdicts import classify, max_rel_diff, parse_predicate, rows_summary
+from harness.metrics import compare, probe_metrics
+from harness.verdicts import classify, judge, parse_predicate, rows_summary
 
 
 def ran(nan=0, inf=0, zero=0, max_abs=1.0, rows=4):
@@ -33,16 +34,80 @@ def test_non_ran_outcomes_keep_their_status(status):
     assert classify({"status": status, "reason": "why"}, parse_predicate("nan"))[0] == status
 
 
-def test_rel_diff():
-    ref = {"y": np.array([[1.0, 2.0]], np.float32)}
-    assert max_rel_diff({"y": np.array([[1.0, 2.02]], np.float32)}, ref) == pytest.approx(0.01, rel=1e-3)
-    assert max_rel_diff({"y": np.array([[np.nan, 2.0]], np.float32)}, ref) == float("inf")
-    p = parse_predicate("rel-diff>1e-3")
-    assert classify(ran(), p, rel_diff=0.01)[0] == "bad"
-    assert classify(ran(), p, rel_diff=1e-4)[0] == "good"
+def test_comparison_metrics():
+    ref = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
+    c = compare(ref + np.float32(1e-3), ref)
+    assert c["cosine_min"] > 0.999 and c["max_abs_diff"] == pytest.approx(1e-3, abs=1e-6)
+    assert c["rel_diff_max"] == pytest.approx(1e-3 / 1e-38, rel=0.5) or c["rel_diff_max"] > 1  # 0 in the reference
+    c = compare(np.array([[1.0, 2.02]], np.float32), np.array([[1.0, 2.0]], np.float32))
+    assert c["rel_diff_max"] == pytest.approx(0.01, rel=1e-3) and c["nonfinite_rows"] == 0
+    c = compare(np.array([[np.nan, 2.0], [1.0, 0.0]], np.float32), ref)
+    assert (c["cosine_min"], c["worst_row"], c["rel_diff_max"], c["nonfinite_rows"]) == (-1.0, 0, None, 1)
+    assert compare(np.zeros((2, 2)), np.zeros((2, 2)))["cosine_min"] == 1.0
+    assert compare(np.zeros((2, 2)), ref)["cosine_min"] == 0.0
+    assert "error" in compare(np.zeros((2, 3)), ref)
 
 
-@pytest.mark.parametrize("text", ["nan>1", "max-abs", "rel-diff", "sometimes", "max-abs>x"])
+def record_with(y, stats=None):
+    stats = stats or {"name": "y", "dtype": "float16", "rows": 2, "nan_rows": 0, "inf_rows": 0, "zero_rows": 0,
+                      "max_abs": float(np.abs(y).max())}
+    return {"status": "ran", "result": {"outputs": [stats]}}
+
+
+@pytest.mark.parametrize("text, y, verdict", [
+    ("cosine<0.999", [[1.0, 0.0], [0.0, 2.0]], "good"),
+    ("cosine<0.999", [[1.0, 0.0], [2.0, 0.0]], "bad"),  # finite, wrong row
+    ("rel-diff>1e-3", [[1.0, 0.0], [0.0, 2.01]], "bad"),
+    ("rel-diff>1e-2", [[1.0, 0.0], [0.0, 2.01]], "good"),
+    ("nan-or-inf,cosine<0.999", [[1.0, 0.0], [2.0, 0.0]], "bad"),
+])
+def test_reference_predicates(text, y, verdict):
+    ref = {"y": np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)}
+    y = np.array(y, np.float32)
+    judged = judge(record_with(y), parse_predicate(text), ref, {"y": y}, "ref-1")
+    assert judged["verdict"] == verdict, judged["why"]
+    assert judged["metrics"]["reference"] == "ref-1"
+
+
+def test_reference_predicate_without_a_comparison_is_an_error_unless_another_condition_holds():
+    y = np.array([[1.0, 0.0]], np.float32)
+    assert judge(record_with(y), parse_predicate("cosine<0.999"))["verdict"] == "error"
+    nan = {"name": "y", "dtype": "float16", "rows": 1, "nan_rows": 1, "inf_rows": 0, "zero_rows": 0, "max_abs": 1.0}
+    assert judge(record_with(y, nan), parse_predicate("cosine<0.999,nan"))["verdict"] == "bad"
+
+
+def test_headroom():
+    p = parse_predicate("headroom>0.9")
+    assert judge(record_with(np.array([[60000.0]])), p)["verdict"] == "bad"
+    judged = judge(record_with(np.array([[30000.0]])), p)
+    assert judged["verdict"] == "good" and judged["metrics"]["headroom"] == pytest.approx(30000 / 65504)
+    fp32 = {"name": "y", "dtype": "float32", "rows": 1, "nan_rows": 0, "inf_rows": 0, "zero_rows": 0, "max_abs": 7e4}
+    assert judge(record_with(None, fp32), p)["verdict"] == "error"  # no fp16 output to measure
+
+
+@pytest.mark.parametrize("status", ["error", "crash"])
+def test_error_and_crash_are_bad_only_when_asked(status):
+    rec = {"status": status, "reason": "Fail: [ONNXRuntimeError] : 1 : FAIL : Load model failed"}
+    assert classify(rec, parse_predicate("nan-or-inf"))[0] == status  # stepped around
+    verdict, why, held = classify(rec, parse_predicate(["nan-or-inf", status]))
+    assert (verdict, held) == ("bad", [status]) and "Load model failed" in why
+    other = "crash" if status == "error" else "error"
+    assert classify(rec, parse_predicate(other))[0] == status
+    assert classify(record_with(np.ones((1, 1))), parse_predicate(status))[:2] == (
+        "good", "loads and runs (0 NaN rows, 0 Inf rows of 2)")
+
+
+def test_several_bad_ifs_are_one_predicate_bad_if_any_holds():
+    p = parse_predicate(["nan", "error,crash", "nan"])
+    assert str(p) == "nan,error,crash" and parse_predicate(str(p)) == p
+    assert p.words() == ("an output row holds NaN, or the model fails to load or run, or the worker process dies "
+                         "(by a signal or without a result)")
+    assert str(parse_predicate("cosine < 0.999")) == "cosine<0.999"
+    assert parse_predicate("cosine<0.999").needs_reference and not parse_predicate("headroom>0.5").needs_reference
+
+
+@pytest.mark.parametrize("text", ["nan>1", "max-abs", "rel-diff", "sometimes", "max-abs>x", "cosine>0.9",
+                                  "max-abs<3", "error>1", "cosine", ""])
 def test_bad_predicates(text):
     with pytest.raises(UsageError):
         parse_predicate(text)

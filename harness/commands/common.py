@@ -89,9 +89,13 @@ probe_options = compose(
     results_dir_option,
     click.option("--resume", "resume", default=None, metavar="RUN", help="Run id to continue (the same command continues by itself)."),
     timeout_option,
-    click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
-                 help="nan-or-inf | nan | zero-rows | max-abs>B | rel-diff>B (with --reference)."),
-    click.option("--reference", type=click.Path(path_type=Path), help=".npz of reference outputs for rel-diff."),
+    click.option("--bad-if", "bad_if", multiple=True, default=("nan-or-inf",), show_default=True, metavar="WHEN",
+                 help="When a probe is bad; several: bad if any holds. nan-or-inf | nan | zero-rows | max-abs>B | "
+                      "headroom>B | error (fails to load or run) | crash | cosine<B | rel-diff>B (with a reference)."),
+    click.option("--reference", metavar="FILE.npz|fp32",
+                 help="Compare outputs with: reference outputs in FILE.npz, or fp32 (the model in fp32 on the same "
+                      "release)."),
+    click.option("--reference-release", metavar="V", help="Compare outputs with those of release V (probed when needed)."),
     jobs_option,
     click.option("--prefetch/--no-prefetch", default=True, show_default=True,
                  help="Install the environments the next round may need while a probe runs."),
@@ -108,8 +112,9 @@ probe_options = compose(
 triage_options = compose(
     results_dir_option,
     timeout_option,
-    click.option("--bad-if", "bad_if", default="nan-or-inf", show_default=True,
-                 help="nan-or-inf | nan | zero-rows | max-abs>B (rel-diff is not offered here)."),
+    click.option("--bad-if", "bad_if", multiple=True, default=("nan-or-inf",), show_default=True, metavar="WHEN",
+                 help="nan-or-inf | nan | zero-rows | max-abs>B | headroom>B | error | crash; several: bad if any "
+                      "holds (comparisons with a reference are `bisect run`'s)."),
     json_option,
 )
 
@@ -176,8 +181,11 @@ def search_spec(opts: dict):
     if opts.get("threads") is not None:
         session_options["intra_op_num_threads"] = opts["threads"]
     given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
-                                  "results_dir", "resume", "timeout", "bad_if", "reference", "repeat", "memory_limit_mb",
-                                  "range_flags")
+                                  "results_dir", "resume", "timeout", "reference", "reference_release", "repeat",
+                                  "memory_limit_mb", "range_flags")
              if opts.get(k) is not None}
+    if opts.get("bad_if"):
+        bad_if = opts["bad_if"]
+        given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
     return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
                       session_options=session_options, **given)

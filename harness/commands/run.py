@@ -86,6 +86,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
     if not opts["as_json"]:
         out.print(run_table(doc))
         out.print(doc["message"])
+        out.print(f"Bad means: {escape(doc['bad_means'])}.")
         if "explanation" in doc:
             out.print(escape(doc["explanation"]["text"]))
         if "reduced" in doc:
