@@ -15,6 +15,8 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
+
 from harness.errors import EnvironmentSkip
 from harness.runners.base import Environment, ProcessOutcome, Runner
 from harness.versions import Release, Target
@@ -54,10 +56,13 @@ class ReplayRunner(Runner):
     def archs(cls) -> tuple[str, ...]:
         return ("x86_64", "aarch64")
 
-    def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None):
+    def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None, arrays=None):
+        """`arrays(version, model_path)`: the outputs a probe saves (as the worker would), or None."""
         super().__init__(target or Target("x86_64", "3.11"), Path("/nonexistent-cache"))
         self.outcomes = outcomes
+        self.arrays = arrays
         self.calls: list[str] = []  # versions whose worker "ran", in order
+        self.models: list[str] = []  # the model file of each call
 
     @classmethod
     def from_probes(cls, probes_jsonl: Path) -> "ReplayRunner":
@@ -85,8 +90,12 @@ class ReplayRunner(Runner):
 
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         self.calls.append(env.version)
+        self.models.append(Path(request["model"]).name)
         time.sleep(0)  # yield, as a real probe would, so parallel rounds interleave
         outcome = self.outcomes[env.version]
+        saved = self.arrays(env.version, Path(request["model"])) if self.arrays else None
+        if saved is not None and request.get("outputs_path") and outcome.result and outcome.result.get("stage") == "done":
+            np.savez(request["outputs_path"], **saved)
         if outcome.result is not None and "onnxruntime" not in outcome.result:
             build = f"ORT Build Info: git-branch=rel-{env.version}, git-commit-id={commit_of(env.version)}, build type=Release"
             outcome = dataclasses.replace(outcome, result={**outcome.result, "onnxruntime": {"version": env.version,

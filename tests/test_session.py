@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+from harness import reference
 from harness.plan import Plan
 from harness.probe import ProbeJob
 from harness.results import RunStore
 from harness.session import probe_releases, run_search
 from harness.verdicts import parse_predicate
-from replay import SKIP, ReplayRunner, commit_of, crash, ran, releases
+from replay import SKIP, ReplayRunner, commit_of, crash, error, ran, releases
 
 VERSIONS = ("1.19.0", "1.19.2", "1.20.0", "1.20.1", "1.21.0", "1.21.1", "1.22.0", "1.22.1")
 
@@ -112,3 +114,79 @@ def test_each_predicate_keeps_its_own_cell_document_and_reuses_the_probes(tmp_pa
                      f"regression-{VERSIONS[0]}-{VERSIONS[-1]}-nan-or-inf.json"]
     kept = json.loads((plan.store.dir / "cells" / cells[1]).read_text())
     assert (kept["predicate"], kept["first_bad"]) == ("nan-or-inf", "1.21.0")
+
+
+# --- verdicts beyond NaN: load failures, crashes, references --------------------------------------
+
+
+def test_a_load_failure_is_bisected_with_bad_if_error_and_stepped_around_without(tmp_path):
+    outcomes = {v: (ran() if v < "1.21.0" else error("Fail: Load model failed: no kernel for SimplifiedLayerNorm(fp16)"))
+                for v in VERSIONS}
+    plan = plan_for(tmp_path, outcomes)
+    plan.predicate = parse_predicate(["nan-or-inf", "error"])
+    doc = run_search(plan).doc
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.1", "1.21.0")
+    bad = next(p for p in doc["probes"] if p["version"] == "1.21.0")
+    assert bad["decided_by"] == ["error"] and "no kernel for SimplifiedLayerNorm" in bad["why"]
+    assert doc["bad_means"] == "an output row holds NaN or Inf, or the model fails to load or run"
+    plan = plan_for(tmp_path / "default", outcomes)
+    assert run_search(plan).doc["first_bad"] is None  # errors are stepped around by default
+
+
+def test_the_first_release_that_loads_again_is_found_in_fix_mode(tmp_path):
+    outcomes = {v: (crash(11) if v < "1.20.1" else ran()) for v in VERSIONS}
+    plan = plan_for(tmp_path, outcomes)
+    plan.predicate = parse_predicate("crash")
+    doc = run_search(plan, mode="fix").doc
+    assert (doc["last_bad"], doc["first_good"]) == ("1.20.0", "1.20.1")
+
+
+def drifting_outputs(first_wrong: str):
+    """Outputs that match the truth up to `first_wrong`, then one row points elsewhere (finite, wrong)."""
+    truth = np.array([[1.0, 0.0, 0.5], [0.0, 2.0, 1.0]], np.float32)
+
+    def arrays(version, model):
+        if "fp32" in model.name or version < first_wrong:
+            return {"y": truth}
+        return {"y": np.array([[1.0, 0.0, 0.5], [2.0, 0.0, -1.0]], np.float32)}
+    return arrays
+
+
+def test_a_finite_but_wrong_release_is_found_against_a_reference_release(tmp_path):
+    runner = ReplayRunner({v: ran() for v in VERSIONS}, arrays=drifting_outputs("1.21.1"))
+    plan = plan_for(tmp_path, {})
+    plan.runner, plan.predicate = runner, parse_predicate("cosine<0.999")
+    plan.reference = reference.from_release(releases("1.19.0")[0])
+    doc = run_search(plan).doc
+    assert (doc["last_good"], doc["first_bad"]) == ("1.21.0", "1.21.1")
+    assert runner.calls.count("1.19.0") == 1  # the reference is the search's own probe of 1.19.0
+    bad = next(p for p in doc["probes"] if p["version"] == "1.21.1")
+    assert bad["metrics"]["cosine_min"] < 0.5 and "worst row's cosine" in bad["why"]
+    assert doc["reference"]["label"] == "the outputs of onnxruntime 1.19.0"
+    # a reference release outside the range is probed once, as its own series
+    plan = plan_for(tmp_path / "outside", {}, versions=VERSIONS[2:])
+    plan.runner, plan.predicate = ReplayRunner({v: ran() for v in VERSIONS}, arrays=drifting_outputs("1.21.1")), \
+        parse_predicate("cosine<0.999")
+    plan.reference = reference.from_release(releases("1.19.0")[0])
+    doc = run_search(plan).doc
+    assert doc["first_bad"] == "1.21.1" and "1.19.0" not in [p["version"] for p in doc["probes"]]
+    assert [r["series"] for r in plan.store.records() if r["version"] == "1.19.0"] == ["reference"]
+
+
+def test_the_fp32_reference_runs_beside_each_probe_and_is_reused(tmp_path):
+    (tmp_path / "m.fp32.onnx").write_bytes(b"fp32 twin")
+    runner = ReplayRunner({v: ran() for v in VERSIONS}, arrays=drifting_outputs("1.20.1"))
+    plan = plan_for(tmp_path, {})
+    plan.runner, plan.predicate = runner, parse_predicate("cosine<0.999")
+    plan.reference = reference.from_fp32(tmp_path / "m.fp32.onnx", "a twin")
+    doc = run_search(plan).doc
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.0", "1.20.1")
+    probed = [p["version"] for p in doc["probes"]]
+    fp32 = [r["version"] for r in plan.store.records() if r.get("series") == "reference-fp32"]
+    assert sorted(fp32) == sorted(probed) and runner.models.count("m.fp32.onnx") == len(probed)
+    calls = len(runner.calls)
+    again = run_search(plan).doc
+    assert len(runner.calls) == calls and again["first_bad"] == "1.20.1"  # probes and references reused
+    # the same run judged with a predicate that needs no reference keeps its metrics
+    plan.predicate, plan.reference = parse_predicate("headroom>0.5"), None
+    assert run_search(plan).doc["status"] == "endpoints_agree"
