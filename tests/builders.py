@@ -53,6 +53,19 @@ def residual_norm_inputs(width: int = 8) -> dict[str, np.ndarray]:
     return {"x": x}
 
 
+def new_opset_model(opset: int, width: int = 8) -> onnx.ModelProto:
+    """One Relu in a model of default-domain opset `opset`: releases that do not know that opset refuse to load it
+    (measured: opset 22 loads from 1.21.0 on, opset 23 from 1.23.0, opset 24 from 1.24.1)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", width])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "new_opset", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
+
+
+def new_opset_inputs(width: int = 8) -> dict[str, np.ndarray]:
+    return {"x": np.linspace(-1, 1, 4 * width, dtype=np.float32).reshape(4, width)}
+
+
 def int_div_model() -> onnx.ModelProto:
     """Integer division by zero: the CPU traps (SIGFPE) and the worker dies by signal."""
     a = helper.make_tensor_value_info("a", TensorProto.INT32, [4])
