@@ -20,7 +20,7 @@ from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.results import TornLineWarning
 
 COMMANDS = ("run", "sweep", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
-            "matrix", "merge", "dashboard", "setup", "doctor")
+            "drift", "matrix", "merge", "dashboard", "setup", "doctor")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

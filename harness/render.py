@@ -208,3 +208,37 @@ def diff_table(result: DiffResult) -> Group:
     lines.append("")
     lines.append(result.explanation)
     return Group(t, Text("\n".join(lines)))
+
+
+# --- drift ---------------------------------------------------------------------------------
+
+
+def drift_table(rows: list, steps: list, title: str) -> Table:
+    """A run's graded numbers per release (`drift.rows`); a number where a step ends in yellow."""
+    stepped = {(s.to_version, s.metric) for s in steps}
+    t = Table(title=title, title_justify="left")
+    for col, just in (("release", "left"), ("verdict", "left"), ("max |x|", "right"), ("headroom", "right"),
+                      ("worst cosine", "right"), ("max rel diff", "right"), ("outputs changed", "left")):
+        t.add_column(col, justify=just)
+
+    def cell(row, metric: str, spec: str) -> str:
+        x = getattr(row, metric)
+        text = "-" if x is None else format(x, spec)
+        return f"[yellow]{text}[/]" if (row.version, metric) in stepped else text
+
+    for r in rows:
+        changed = {None: "-", True: "yes", False: "no"}[r.outputs_changed]
+        t.add_row(r.version, verdict(r.verdict),
+                  cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", ".8f"),
+                  cell(r, "rel_diff_max", ".3g"), changed)
+    return t
+
+
+def drift_steps(rows: list, steps: list, threshold: float) -> str:
+    """The steps `drift.steps` found, one line each, or that there is none (rich markup)."""
+    limit = f"{threshold * 100:g}%"
+    if not steps:
+        return f"no step above {limit} between {len(rows)} probed release{'s' if len(rows) != 1 else ''}"
+    lines = [f"{len(steps)} step{'s' if len(steps) != 1 else ''} above {limit}:"]
+    lines += [f"  {escape(s.description)}" for s in steps]
+    return "\n".join(lines)

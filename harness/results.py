@@ -9,6 +9,7 @@
     results/<run-id>/explanation.json  what changed at the boundary (trace diff, suspect node)
     results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
+    results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
 
 Only this module decides where those files go; the rest asks the store.
 
@@ -271,6 +272,10 @@ class RunStore:
         path = self.dir / name
         write_atomic(path, content)
         return path
+
+    def chart_path(self, name: str) -> Path:
+        """Where a chart of the whole run goes (drift.svg); the caller draws it."""
+        return self.dir / name
 
     def document(self, name: str) -> dict | None:
         try:

@@ -132,7 +132,7 @@ def run_dir_of(run: str, results_dir: Path) -> Path:
     path = Path(run)
     if not (path / MANIFEST).exists():
         path = Path(results_dir) / run
-    if not (path / MANIFEST).exists():
+    if not run or not (path / MANIFEST).exists():  # "" is no run, not the current directory
         raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
     return path
 
