@@ -90,7 +90,7 @@ class Driver:
         for version, rec in latest_by_version(own_records(self.store.records())).items():
             if version in index:
                 if self._needs_fp32(rec):
-                    self._append(self._probe_fp32(self.releases[index[version]]))
+                    self._append(self._probe_fp32(self.releases[index[version]])[0])
                 records[version] = self.judge(rec)
                 self.observer.probe_finished(records[version], reused=True)
         outcome = RunOutcome(self.releases, Step("probing"), records)
@@ -145,7 +145,10 @@ class Driver:
 
     def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> list[dict]:
         """The probe of `release` with its metrics; with an fp32 reference, the reference's probe before it."""
-        made = [self._probe_fp32(release)] if self._fp32_missing(release.version) else []
+        made, fp32_arrays = [], None
+        if self._fp32_missing(release.version):
+            fp32_rec, fp32_arrays = self._probe_fp32(release)
+            made.append(fp32_rec)
         # Scratch files live outside the results: a full results disk must not fail the probe itself.
         with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
             rec = run_probe(self.runner, release, job, Path(scratch), self.store.outputs_path(release.version, series))
@@ -154,12 +157,10 @@ class Driver:
         if rec["status"] == "ran":
             arrays, outputs = None, None
             if self.reference is not None:
-                arrays = made[0]["_arrays"] if made else self._reference_arrays(release.version)
+                arrays = fp32_arrays if made else self._reference_arrays(release.version)
                 outputs = _load(self.store.outputs_path(release.version, series)) if arrays is not None else None
             rec["metrics"] = probe_metrics(rec.get("result"), outputs, arrays,
                                            self.reference.id if arrays is not None else None)
-        for m in made:
-            m.pop("_arrays", None)
         return [*made, rec]
 
     # --- references ------------------------------------------------------------------------------
@@ -209,15 +210,14 @@ class Driver:
                  and (r.get("reference") == self.reference.id)]
         return found[-1] if found else None
 
-    def _probe_fp32(self, release: Release) -> dict:
-        """The fp32 model on `release`: its record (series reference-fp32), with its arrays under `_arrays`."""
+    def _probe_fp32(self, release: Release) -> tuple[dict, dict[str, np.ndarray] | None]:
+        """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
         job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1)
         path = self.store.outputs_path(release.version, FP32_SERIES)
         with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-fp32-") as scratch:
             rec = run_probe(self.runner, release, job, Path(scratch), path)
         rec.update(series=FP32_SERIES, reference=self.reference.id)
-        rec["_arrays"] = _load(path) if rec["status"] == "ran" else None
-        return rec
+        return rec, (_load(path) if rec["status"] == "ran" else None)
 
     def _reference_arrays(self, version: str) -> dict[str, np.ndarray] | None:
         ref = self.reference

@@ -225,3 +225,61 @@ def fresh_env(tmp: Path, version: str) -> Path:
 def run_script(python: Path, script: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(python), str(script), *args], capture_output=True, text=True, timeout=300,
                           cwd=script.parent, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
+
+
+def layer_norm_cast_model(width: int = 8) -> onnx.ModelProto:
+    """A mixed-precision export's LayerNorm: fp16 in, Cast to fp32, a decomposed LayerNorm in fp32, Cast back.
+
+    Measured: loads on 1.19.x; from 1.20.0 the LayerNorm fusion makes a node with fp16 input and fp32 scale and
+    InferenceSession refuses it ("Type parameter (T) ... bound to different types"): a load regression.
+    """
+    mk = helper.make_node
+    nodes = [mk("Cast", ["x"], ["xc"], to=TensorProto.FLOAT), mk("ReduceMean", ["xc"], ["m"], axes=[-1]),
+             mk("Sub", ["xc", "m"], ["d"]), mk("Pow", ["d", "two"], ["d2"]), mk("ReduceMean", ["d2"], ["v"], axes=[-1]),
+             mk("Add", ["v", "eps"], ["ve"]), mk("Sqrt", ["ve"], ["sd"]), mk("Div", ["d", "sd"], ["n"]),
+             mk("Mul", ["n", "g"], ["ng"]), mk("Add", ["ng", "b"], ["o"]), mk("Cast", ["o"], ["y"], to=TensorProto.FLOAT16)]
+    inits = [numpy_helper.from_array(np.array(2, np.float32), "two"),
+             numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+             numpy_helper.from_array(np.linspace(0.5, 1.5, width).astype(np.float32), "g"),
+             numpy_helper.from_array(np.linspace(-1, 1, width).astype(np.float32), "b")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 3, width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
+    return helper.make_model(helper.make_graph(nodes, "layer_norm_cast", [x], [y], inits), opset_imports=OPSET,
+                             ir_version=8)
+
+
+def layer_norm_cast_inputs(width: int = 8) -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(5).standard_normal((2, 3, width)).astype(np.float16)}
+
+
+def _norm_rounding_data(rows: int = 4, width: int = 16):
+    rng = np.random.default_rng(7)
+    x = rng.uniform(0.5, 2.0, (rows, width)).astype(np.float16).astype(np.float64) * np.sign(
+        rng.standard_normal((rows, width)))
+    exact = x / np.sqrt(np.mean(x ** 2, axis=1, keepdims=True) + 1e-6)
+    b = (rng.uniform(-1, 1, width) * 0.06).astype(np.float16)
+    return x.astype(np.float16), exact.astype(np.float16), b
+
+
+def norm_rounding_model() -> onnx.ModelProto:
+    """y = (SimplifiedLayerNormalization(x) - c) * 1024 + b, c the fp16 rounding of the exact norm.
+
+    Up to 1.19.2 the chain runs as one fp32 island: y keeps 1024x the norm's rounding error, as the model in
+    fp32 does. From 1.20.0 the norm's output is fp16 (native kernel), n == c and y collapses to about b:
+    finite, not zero, wrong (measured worst-row cosine with fp32 about -0.58). Only a reference tells.
+    """
+    x, c, b = _norm_rounding_data()
+    rows, width = x.shape
+    mk = helper.make_node
+    nodes = [mk("SimplifiedLayerNormalization", ["x", "w"], ["n"], axis=-1, epsilon=1e-6),
+             mk("Sub", ["n", "c"], ["d"]), mk("Mul", ["d", "k"], ["e"]), mk("Add", ["e", "b"], ["y"])]
+    inits = [numpy_helper.from_array(np.ones(width, np.float16), "w"), numpy_helper.from_array(c, "c"),
+             numpy_helper.from_array(np.array(1024, np.float16), "k"), numpy_helper.from_array(b, "b")]
+    xi = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [rows, width])
+    yo = helper.make_tensor_value_info("y", TensorProto.FLOAT16, [rows, width])
+    return helper.make_model(helper.make_graph(nodes, "norm_rounding", [xi], [yo], inits), opset_imports=OPSET,
+                             ir_version=8)
+
+
+def norm_rounding_inputs() -> dict[str, np.ndarray]:
+    return {"x": _norm_rounding_data()[0]}

@@ -190,3 +190,17 @@ def test_the_fp32_reference_runs_beside_each_probe_and_is_reused(tmp_path):
     # the same run judged with a predicate that needs no reference keeps its metrics
     plan.predicate, plan.reference = parse_predicate("headroom>0.5"), None
     assert run_search(plan).doc["status"] == "endpoints_agree"
+
+
+def test_probes_made_without_a_reference_are_compared_when_one_is_given_later(tmp_path):
+    (tmp_path / "m.fp32.onnx").write_bytes(b"fp32 twin")
+    runner = ReplayRunner({v: ran() for v in VERSIONS}, arrays=drifting_outputs("1.20.1"))
+    plan = plan_for(tmp_path, {})
+    plan.runner = runner
+    first = run_search(plan).doc
+    assert first["status"] == "endpoints_agree" and "m.fp32.onnx" not in runner.models
+    plan.predicate = parse_predicate("cosine<0.999")
+    plan.reference = reference.from_fp32(tmp_path / "m.fp32.onnx", "a twin")
+    doc = run_search(plan).doc
+    assert doc["first_bad"] == "1.20.1"
+    assert runner.models.count("m.onnx") == len({p["version"] for p in doc["probes"]})  # no probe made twice

@@ -37,3 +37,31 @@ def test_the_fp32_reference_finds_the_x86_boundary_of_the_fused_model_by_cosine(
     assert good["metrics"]["cosine_min"] > 0.9999 and bad["metrics"]["cosine_min"] < 0.999
     assert good["metrics"]["max_abs"] > 0  # this model's outputs are fp32: no fp16 headroom
     assert doc["reference"]["kind"] == "fp32" and "fp32 twin" in doc["reference"]["label"]
+
+
+def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_path):
+    model = builders.save(builders.layer_norm_cast_model(), tmp_path / "ln_cast.onnx")
+    np.savez(tmp_path / "batch.npz", **builders.layer_norm_cast_inputs())
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2",
+               "--to", "1.20.0", "--bad-if", "nan-or-inf", "--bad-if", "error", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    assert "bound to different types" in doc["probes"][-1]["why"] and doc["probes"][-1]["decided_by"] == ["error"]
+
+
+def test_a_finite_but_wrong_release_is_found_only_against_the_fp32_model(bisect, tmp_path):
+    model = builders.save(builders.norm_rounding_model(), tmp_path / "norm_rounding.onnx")
+    np.savez(tmp_path / "batch.npz", **builders.norm_rounding_inputs())
+    common = ("--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+              "--json")
+    plain = bisect("run", *common)
+    assert plain.returncode == 3 and {p["verdict"] for p in plain.json()["probes"]} == {"good"}  # never NaN
+    r = bisect("run", *common, "--reference", "fp32", "--bad-if", "cosine<0.999")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    good, bad = doc["probes"]
+    assert good["metrics"]["cosine_min"] > 0.9999 and bad["metrics"]["cosine_min"] < 0.5
+    assert bad["nan_rows"] == 0 and bad["inf_rows"] == 0
+    assert "converted to fp32" in doc["reference"]["label"]
