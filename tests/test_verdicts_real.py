@@ -65,3 +65,21 @@ def test_a_finite_but_wrong_release_is_found_only_against_the_fp32_model(bisect,
     assert good["metrics"]["cosine_min"] > 0.9999 and bad["metrics"]["cosine_min"] < 0.5
     assert bad["nan_rows"] == 0 and bad["inf_rows"] == 0
     assert "converted to fp32" in doc["reference"]["label"]
+
+
+def test_drift_names_the_release_where_a_never_nan_model_moved_against_fp32(bisect, tmp_path):
+    """gemma-tiny-decomposed is finite on x86_64 in every release; 1.29.0 alone moves its outputs away
+    from the fp32 twin's (measured: max relative difference 0.022 -> 0.219 -> 0.022)."""
+    results = tmp_path / "results"
+    r = bisect("sweep", "--model", "gemma-tiny-decomposed", "--from", "1.28.0", "--to", "1.30.0", "--reference", "fp32",
+               "--json", results=results)
+    assert r.returncode == 3, r.stderr  # nothing is bad
+    run_id = r.json()["run_id"]
+    d = bisect("drift", run_id, "--results-dir", str(results), "--json")
+    assert d.returncode == 0, d.stderr
+    doc = d.json()
+    steps = {(s["metric"], s["from"], s["to"]) for s in doc["steps"]}
+    assert ("rel_diff_max", "1.28.0", "1.29.0") in steps and ("rel_diff_max", "1.29.0", "1.30.0") in steps
+    assert not any(s["metric"] == "verdict" for s in doc["steps"])
+    assert [row["outputs_changed"] for row in doc["rows"]][1:] == [True, True]
+    assert (results / run_id / "drift.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
