@@ -161,6 +161,11 @@ class Driver:
                 outputs = _load(self.store.outputs_path(release.version, series)) if arrays is not None else None
             rec["metrics"] = probe_metrics(rec.get("result"), outputs, arrays,
                                            self.reference.id if arrays is not None else None)
+            if self.reference is not None and arrays is None:
+                fp32 = made[0] if made else None
+                rec["metrics"]["comparison_error"] = (
+                    f"the model in fp32 did not run on {release.version}: {fp32.get('reason')}" if fp32
+                    else f"no outputs of {self.reference.label} to compare with")
         return [*made, rec]
 
     # --- references ------------------------------------------------------------------------------

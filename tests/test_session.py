@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -204,3 +205,22 @@ def test_probes_made_without_a_reference_are_compared_when_one_is_given_later(tm
     doc = run_search(plan).doc
     assert doc["first_bad"] == "1.20.1"
     assert runner.models.count("m.onnx") == len({p["version"] for p in doc["probes"]})  # no probe made twice
+
+
+def test_a_release_whose_fp32_model_fails_is_an_error_that_says_so(tmp_path):
+    (tmp_path / "m.fp32.onnx").write_bytes(b"fp32 twin")
+    outcomes = {v: ran() for v in VERSIONS}
+
+    class Fp32Fails(ReplayRunner):
+        def run(self, env, request, workdir, timeout):
+            if Path(request["model"]).name == "m.fp32.onnx" and env.version == "1.20.0":
+                return error("Fail: no fp32 kernel")
+            return super().run(env, request, workdir, timeout)
+
+    plan = plan_for(tmp_path, {}, versions=("1.19.2", "1.20.0", "1.20.1"))
+    plan.runner = Fp32Fails(outcomes, arrays=drifting_outputs("1.20.1"))
+    plan.predicate, plan.reference = parse_predicate("cosine<0.999"), reference.from_fp32(tmp_path / "m.fp32.onnx", "t")
+    doc = run_search(plan).doc
+    middle = next(p for p in doc["probes"] if p["version"] == "1.20.0")
+    assert middle["verdict"] == "error" and middle["why"].startswith("the model in fp32 did not run on 1.20.0: Fail: no fp32 kernel")
+    assert (doc["last_good"], doc["first_bad"], doc["untestable"]) == ("1.19.2", "1.20.1", ["1.20.0"])
