@@ -48,6 +48,17 @@ def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_pa
     doc = r.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
     assert "bound to different types" in doc["probes"][-1]["why"] and doc["probes"][-1]["decided_by"] == ["error"]
+    # the report says what bad meant, and its repro judges a load failure the same way
+    results = tmp_path / "results"
+    rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    assert "fails to load or run on x86_64 CPU since onnxruntime 1.20.0" in rep.stdout
+    assert "A release counts as bad when an output row holds NaN or Inf, or the model fails to load or run" in rep.stdout
+    script = results / doc["run_id"] / "repro.py"
+    for version, rc, said in (("1.19.2", 0, "good"), ("1.20.0", 1, "bad (fails: ")):
+        out = builders.run_script(builders.fresh_env(tmp_path, version), script)
+        assert out.returncode == rc and said in out.stdout, out.stdout + out.stderr
 
 
 def test_a_finite_but_wrong_release_is_found_only_against_the_fp32_model(bisect, tmp_path):
