@@ -283,3 +283,13 @@ def norm_rounding_model() -> onnx.ModelProto:
 
 def norm_rounding_inputs() -> dict[str, np.ndarray]:
     return {"x": _norm_rounding_data()[0]}
+
+
+def expand_dims_crash_model() -> onnx.ModelProto:
+    """com.microsoft ExpandDims with a scalar axis: measured, the process dies by SIGSEGV while the session is
+    made on 1.19.0 .. 1.27.0, and runs from 1.28.0 on (a crash fixed)."""
+    node = helper.make_node("ExpandDims", ["x", "a"], ["y"], domain="com.microsoft")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "expand_dims", [x], [y], [numpy_helper.from_array(np.array(0, np.int32), "a")])
+    return helper.make_model(graph, opset_imports=[*OPSET, helper.make_opsetid("com.microsoft", 1)], ir_version=8)

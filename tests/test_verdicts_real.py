@@ -94,3 +94,14 @@ def test_drift_names_the_release_where_a_never_nan_model_moved_against_fp32(bise
     assert not any(s["metric"] == "verdict" for s in doc["steps"])
     assert [row["outputs_changed"] for row in doc["rows"]][1:] == [True, True]
     assert (results / run_id / "drift.svg").read_text().lstrip().startswith(("<?xml", "<svg"))
+
+
+def test_the_release_that_stops_a_crash_is_found_with_bad_if_crash(bisect, tmp_path):
+    model = builders.save(builders.expand_dims_crash_model(), tmp_path / "expand_dims.onnx")
+    np.savez(tmp_path / "batch.npz", x=np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4))
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.27.0",
+               "--to", "1.28.0", "--mode", "fix", "--bad-if", "crash", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_bad"], doc["first_good"]) == ("1.27.0", "1.28.0")
+    assert doc["probes"][0]["decided_by"] == ["crash"] and "SIGSEGV" in doc["probes"][0]["why"]
