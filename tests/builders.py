@@ -214,8 +214,10 @@ def residual_stack_inputs(rows: int = 6, width: int = 16) -> dict[str, np.ndarra
 
 
 def fresh_env(tmp: Path, version: str) -> Path:
-    """A new uv environment with only onnxruntime==version and numpy."""
+    """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused)."""
     env = tmp / f"venv-{version}"
+    if (env / "bin" / "python").exists():
+        return env / "bin" / "python"
     subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
     subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
                     f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)

@@ -53,11 +53,7 @@ def test_decomposed_variant_on_aarch64_neoverse_n1(bisect, tmp_path_factory):
     seen = by_version(r.json())
     assert seen["1.23.2"] == ("good", 0)
     assert seen["1.24.1"][0] == "bad" and seen["1.24.1"][1] > 0
-    # The bisection reuses those two probes (same model, batch and target) and names 1.24.1.
-    r = bisect("run", "--from", "1.22.1", "--to", "1.25.1", *common, results=res)
-    assert r.returncode == 0, r.stderr
-    doc = r.json()
-    assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1")
+    # (a bisection under QEMU is test_runners_real's, on a smaller model: each probe here is a minute or more)
 
 
 def test_fp32_twin_is_finite_and_close_to_fp16(bisect, cache_dir, newest, tmp_path):
