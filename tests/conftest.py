@@ -79,3 +79,17 @@ def residual_overflow(tmp_path_factory) -> tuple[Path, Path]:
     model = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
     np.savez(d / "batch.npz", **builders.residual_norm_inputs())
     return model, d / "batch.npz"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files with emulated, then real-release tests first, the quick ones after: with test files spread over
+    processes (pytest-xdist, one file per process at a time) the long files start at once and the short ones
+    fill the gaps, instead of one long file starting last."""
+    def weight(item) -> int:
+        slow_first = item.get_closest_marker("qemu") or item.get_closest_marker("docker")
+        return 0 if slow_first else 1 if item.get_closest_marker("release") else 2
+
+    first: dict[str, int] = {}
+    for item in items:
+        first[item.nodeid.split("::")[0]] = min(first.get(item.nodeid.split("::")[0], 2), weight(item))
+    items.sort(key=lambda item: first[item.nodeid.split("::")[0]])  # stable: each file keeps its own order
