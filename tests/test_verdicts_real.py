@@ -10,11 +10,16 @@ import builders
 pytestmark = pytest.mark.release
 
 
+def run_on(bisect, tmp_path, model, inputs: dict, *args: str):
+    """`bisect run` of a test-built model and batch (saved under tmp_path), as --json."""
+    path = builders.save(model, tmp_path / "model.onnx")
+    np.savez(tmp_path / "batch.npz", **inputs)
+    return bisect("run", "--model", str(path), "--inputs", str(tmp_path / "batch.npz"), *args, "--json")
+
+
 def test_the_first_release_that_loads_a_model_is_found_with_bad_if_error(bisect, tmp_path):
-    model = builders.save(builders.new_opset_model(23), tmp_path / "opset23.onnx")
-    np.savez(tmp_path / "batch.npz", **builders.new_opset_inputs())
-    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.22.1",
-               "--to", "1.23.2", "--mode", "fix", "--bad-if", "error", "--json")
+    r = run_on(bisect, tmp_path, builders.new_opset_model(23), builders.new_opset_inputs(), "--from", "1.22.1",
+               "--to", "1.23.2", "--mode", "fix", "--bad-if", "error")
     assert r.returncode == 0, r.stderr
     doc = r.json()
     assert (doc["last_bad"], doc["first_good"]) == ("1.22.1", "1.23.0")
@@ -22,8 +27,8 @@ def test_the_first_release_that_loads_a_model_is_found_with_bad_if_error(bisect,
     assert bad["decided_by"] == ["error"] and "opset" in bad["why"].lower()
     assert doc["bad_means"] == "the model fails to load or run"
     # without --bad-if error the failures are stepped around: nothing to bisect
-    again = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.22.1",
-                   "--to", "1.23.2", "--mode", "fix", "--json")
+    again = run_on(bisect, tmp_path, builders.new_opset_model(23), builders.new_opset_inputs(), "--from", "1.22.1",
+                   "--to", "1.23.2", "--mode", "fix")
     assert again.json()["status"] != "found" and {p["verdict"] for p in again.json()["probes"]} >= {"error"}
 
 
@@ -40,10 +45,8 @@ def test_the_fp32_reference_finds_the_x86_boundary_of_the_fused_model_by_cosine(
 
 
 def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_path):
-    model = builders.save(builders.layer_norm_cast_model(), tmp_path / "ln_cast.onnx")
-    np.savez(tmp_path / "batch.npz", **builders.layer_norm_cast_inputs())
-    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2",
-               "--to", "1.20.0", "--bad-if", "nan-or-inf", "--bad-if", "error", "--json")
+    r = run_on(bisect, tmp_path, builders.layer_norm_cast_model(), builders.layer_norm_cast_inputs(), "--from",
+               "1.19.2", "--to", "1.20.0", "--bad-if", "nan-or-inf", "--bad-if", "error")
     assert r.returncode == 0, r.stderr
     doc = r.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
@@ -97,10 +100,9 @@ def test_drift_names_the_release_where_a_never_nan_model_moved_against_fp32(bise
 
 
 def test_the_release_that_stops_a_crash_is_found_with_bad_if_crash(bisect, tmp_path):
-    model = builders.save(builders.expand_dims_crash_model(), tmp_path / "expand_dims.onnx")
-    np.savez(tmp_path / "batch.npz", x=np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4))
-    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.27.0",
-               "--to", "1.28.0", "--mode", "fix", "--bad-if", "crash", "--json")
+    r = run_on(bisect, tmp_path, builders.expand_dims_crash_model(),
+               {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(2, 4)}, "--from", "1.27.0", "--to", "1.28.0",
+               "--mode", "fix", "--bad-if", "crash")
     assert r.returncode == 0, r.stderr
     doc = r.json()
     assert (doc["last_bad"], doc["first_good"]) == ("1.27.0", "1.28.0")
