@@ -13,11 +13,15 @@ import contextlib
 import hashlib
 import io
 import json
+import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from harness.cli import main
-from harness.runners import REGISTRY
+from harness.plan import Plan, SearchSpec, make_plan
+from harness.runners import AUTO, REGISTRY, Runner, check_target
 
 
 class ProbeStarted(Exception):
@@ -67,3 +71,12 @@ def snapshot(root: Path) -> dict[str, str]:
         return {}
     return {str(p.relative_to(root)): ("dir" if p.is_dir() else hashlib.sha256(p.read_bytes()).hexdigest())
             for p in sorted(root.rglob("*"))}
+
+
+def open_run(model: Path, batch: Path, cache: Path, results: Path, version: str = "1.20.0") -> Plan:
+    """A run directory as `bisect run` opens it before its first probe (the native backend provisions nothing)."""
+    arch = platform.machine()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(REGISTRY[check_target(AUTO, arch)], "provision", Runner.provision)
+        return make_plan(SearchSpec(model=str(model), inputs=batch, from_=version, to=version, arch=arch,
+                                    cache_dir=cache, results_dir=results, offline=True), ["test"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import shutil
 
 import numpy as np
@@ -23,12 +22,8 @@ from hypothesis import strategies as st
 
 import builders
 import inproc
-from harness import runners
-from harness.plan import SearchSpec, make_plan
 from harness.results import RunStore
 from harness.versions import ReleaseIndex
-
-NATIVE = platform.machine()
 
 # -- the files thrown at the commands ----------------------------------------------------
 
@@ -129,10 +124,7 @@ def world(tmp_path_factory, cache_dir, listing):
             (runs / name / "probes.jsonl").write_text(probes)
     cache = d / "cache"  # the release listing and nothing else: no environment, no tools
     shutil.copytree(listing, cache / "index")
-    with pytest.MonkeyPatch.context() as mp:  # a run as `bisect run` opens it (the native backend provisions nothing)
-        mp.setattr(runners.REGISTRY[runners.check_target("auto", NATIVE)], "provision", runners.Runner.provision)
-        plan = make_plan(SearchSpec(model=str(d / "good.onnx"), inputs=d / "good.npz", from_="1.20.0", to="1.20.0",
-                                    arch=NATIVE, cache_dir=cache, results_dir=runs, offline=True), ["test"])
+    plan = inproc.open_run(d / "good.onnx", d / "good.npz", cache, runs)
     plan.store.dir.rename(runs / "run-no-probes")
     shutil.copytree(runs / "run-no-probes", runs / "run-one-probe")
     RunStore(runs / "run-one-probe").append({"version": "1.20.0", "status": "ran", "provenance": {}, "result": None})

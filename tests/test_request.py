@@ -16,11 +16,9 @@ import pytest
 
 import builders
 import inproc
-from harness import explain, request, runners
+from harness import explain, request
 from harness.errors import UsageError
-from harness.plan import SearchSpec, make_plan
 from harness.results import MANIFEST
-from harness.runners import Runner
 from harness.versions import ReleaseIndex
 
 NATIVE = platform.machine()
@@ -70,12 +68,7 @@ def common(model, cache, results) -> list[str]:
 
 
 def existing_run(model, cache, results):
-    """A run directory as `bisect run` opens it (the native backend has nothing to provision)."""
-    path, batch, _ = model
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(runners.REGISTRY[runners.check_target("auto", NATIVE)], "provision", Runner.provision)
-        return make_plan(SearchSpec(model=str(path), inputs=batch, from_="1.20.0", to="1.20.0", arch=NATIVE,
-                                    cache_dir=cache, results_dir=results, offline=True), ["test"])
+    return inproc.open_run(model[0], model[1], cache, results)
 
 
 def test_the_good_command_line_gets_as_far_as_provisioning(cli, model, listing_only, tmp_path):
