@@ -75,12 +75,7 @@ range_options = compose(
     click.option("--from", "from_", required=True, metavar="VERSION", help="First release of the range."),
     click.option("--to", "to", required=True, metavar="VERSION", help="Last release of the range."),
 )
-package_options = compose(
-    click.option("--package", default=DEFAULT_PACKAGE, show_default=True,
-                 help="The onnxruntime package to install: onnxruntime, onnxruntime-openvino, onnxruntime-gpu."),
-    click.option("--ep", default=DEFAULT_EP, show_default=True,
-                 help="Execution provider the model must run on: cpu, openvino, cuda. A probe that falls back to "
-                      "another provider is a skip."),
+source_options = compose(
     click.option("--ep-option", "ep_options", type=KeyValue(), multiple=True, metavar="KEY=VALUE",
                  help="A provider option (repeatable), e.g. --ep-option device_type=CPU."),
     click.option("--index-url", "index_urls", multiple=True, metavar="URL",
@@ -90,8 +85,15 @@ package_options = compose(
                  help="A directory of wheels, or a page of wheel links, to take builds from (repeatable)."),
     click.option("--pre", is_flag=True, help="List pre-releases and development builds (1.25.0.devN) too."),
 )
-target_options = compose(
-    package_options,
+package_options = compose(
+    click.option("--package", default=DEFAULT_PACKAGE, show_default=True,
+                 help="The onnxruntime package to install: onnxruntime, onnxruntime-openvino, onnxruntime-gpu."),
+    click.option("--ep", default=DEFAULT_EP, show_default=True,
+                 help="Execution provider the model must run on: cpu, openvino, cuda. A probe that falls back to "
+                      "another provider is a skip."),
+    source_options,
+)
+arch_options = compose(
     click.option("--arch", default=platform.machine(), show_default=True,
                  help="CPU architecture of the probes; several as x86_64,aarch64 (one result each)."),
     click.option("--backend", default="auto", show_default=True,
@@ -100,6 +102,7 @@ target_options = compose(
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),
 )
+target_options = compose(package_options, arch_options)
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
                                   show_default=True, callback=directory_option, help="Where runs are kept (one directory per run).")
 timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True,
