@@ -56,6 +56,8 @@ def compare(spec: SearchSpec, version: str, packages: list[Package], cosine: flo
         raise UsageError(f"{twice[0]}: given twice")
     specs = [dataclasses.replace(spec, package=p, from_=version, to=version, range_flags=("--version", "--version"),
                                  resume=None, reference=None, reference_release=None) for p in packages]
+    for p in packages:  # every pair's package and provider (a GPU, a directory) before any listing
+        request.package(p)
     for s in specs:
         request.check(s)
     started = time.perf_counter()

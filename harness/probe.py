@@ -95,6 +95,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
             out = runner.run(env, request, workdir, job.timeout)
             status, reason = outcome_status(out)
             reason = f"{reason} (environment rebuilt)" if status != "ran" else "ran (environment rebuilt)"
+    info = ((out.result or {}).get("onnxruntime") or {}).get("build_info")
+    if info is not None and env is not None:
+        runner.note_build_info(env, info)  # `bisect versions` shows the commit of a build probed once
     used = (out.result or {}).get("providers_used")
     if status == "ran" and used is not None and job.provider not in used:
         status, reason = "skip", provider_fallback(job.provider, used, out.stderr_tail)

@@ -83,8 +83,10 @@ def run_table(doc: dict) -> Table:
         kinds = {d.split("<")[0].split(">")[0] for d in p.get("decided_by") or ["nan"]}
         shown = p["verdict"] == "good" or (p["verdict"] == "bad" and kinds <= {"nan", "nan-or-inf", "cosine", "headroom"})
         note = "" if shown else (p.get("why") or "")  # the columns already say it
-        t.add_row(p["version"], verdict(p["verdict"]), str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
-                  str(p["rows"] or 0), *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
+        counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
+        t.add_row(p["version"], verdict(p["verdict"]),
+                  *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
+                  *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
                   f"{p['seconds']:.2f}", *((p.get("commit") or "-",) if commits else ()),
                   ("saved; " if p["reused"] else "") + escape(note))
     return t

@@ -177,9 +177,12 @@ class Runner(ABC):
         """Forget a broken environment so the next prepare() rebuilds it."""
 
     def build_info(self, release: Release, install: bool = False) -> str | None:
-        """`get_build_info()` of the release's build, read in its environment when that is in the cache
-        (installed first with `install`); None where this backend cannot read it on the host."""
+        """`get_build_info()` of the release's build as a probe of it (or an earlier call) noted it; with
+        `install`, read in its environment (installed first); None where this backend cannot tell."""
         return None
+
+    def note_build_info(self, env: Environment, info: str) -> None:
+        """Keep what a probe's worker saw of the build (`get_build_info()`), for `build_info`."""
 
 
 READY = "ortbisect-ready.json"

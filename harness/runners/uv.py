@@ -10,7 +10,7 @@ from pathlib import Path
 from harness.errors import EnvironmentSkip
 from harness.results import write_atomic
 from harness.runners.base import (
-    READY, WORKER, Check, Environment, ProcessOutcome, Runner, forget_build, locked_build, native_arch,
+    WORKER, Check, Environment, ProcessOutcome, Runner, forget_build, locked_build, native_arch,
     run_worker_process,
 )
 from harness.uvtool import uv, uv_bin
@@ -66,26 +66,27 @@ class UvRunner(Runner):
 
     def build_info(self, release: Release, install: bool = False) -> str | None:
         path = self.env_dir(release.version)
-        if not (path / READY).exists():
-            if not install:
-                return None
-            path = self.prepare(release).path
-        memo = path / BUILD_INFO
         try:
-            return json.loads(memo.read_text())["build_info"]
+            return json.loads((path / BUILD_INFO).read_text())["build_info"]
         except (OSError, ValueError, KeyError):
             pass
-        proc = subprocess.run([str(path / "bin" / "python"), "-I", "-c",
+        if not install:
+            return None
+        env = self.prepare(release)
+        proc = subprocess.run([str(env.path / "bin" / "python"), "-I", "-c",
                                "import onnxruntime as o; print(getattr(o, 'get_build_info', lambda: '')())"],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
         if proc.returncode != 0:
             return None
         info = proc.stdout.strip()
+        self.note_build_info(env, info)
+        return info
+
+    def note_build_info(self, env: Environment, info: str) -> None:
         try:
-            write_atomic(memo, json.dumps({"build_info": info}))
+            write_atomic(env.path / BUILD_INFO, json.dumps({"build_info": info}))
         except OSError:
             pass  # a read-only cache: read again next time
-        return info
 
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         # -I: the worker sees only its release's site-packages, nothing from the harness.
