@@ -9,7 +9,9 @@ step around it as a *skip* instead of failing.
 Sources the user adds (harness.packages: `--index-url`, a PEP 691 or PEP 503
 simple index, http(s) or file://; `--find-links`, a directory of wheels or a
 page of links) are read on every listing, never cached: wheels come and go
-there. Versions are ordered by PEP 440, so a development build 1.25.0.devN
+there. The index's listing is cached per package (`index/<package>.json`, final
+releases, the format every version of the harness reads; with `--pre` in
+`index/<package>.pre.json`). Versions are ordered by PEP 440, so a development build 1.25.0.devN
 sorts between 1.24.x and 1.25.0; pre-releases and development builds are left
 out unless `--pre` asks for them.
 """
@@ -187,7 +189,10 @@ class ReleaseIndex:
 
     def __init__(self, cache_dir: Path, uv_bin: str, offline: bool = False, package: Package | None = None):
         self.package = package or Package()
-        self.cache_file = cache_dir / "index" / f"{self.package.name}.json"
+        # Final releases in <package>.json (the format every version of the harness reads); with --pre, the
+        # listing with pre-releases and development builds in <package>.pre.json beside it.
+        suffix = ".pre.json" if self.package.pre else ".json"
+        self.cache_file = cache_dir / "index" / f"{self.package.name}{suffix}"
         self.uv_bin = uv_bin
         self.offline = offline
 
@@ -197,7 +202,7 @@ class ReleaseIndex:
     def releases(self, refresh: bool = False) -> list[Release]:
         """The listing: the index's (cached while fresh, else fetched; `offline` never fetches) and the sources'."""
         pre = self.package.pre
-        listing = [r for r in self._index_releases(refresh) if pre or not r.is_pre]
+        listing = self._index_releases(refresh)
         extra = [releases_from_simple_json(doc, pre, self.package.name, source) for source, doc in self._sources()]
         return merge_releases(listing, *extra) if extra else listing
 
@@ -209,13 +214,11 @@ class ReleaseIndex:
                 raise UsageError(f"--offline: no cached {name} release listing in {self.cache_file}; "
                                  "run once without --offline to fetch it")
             return [Release(**r) for r in cached["releases"]]
-        # A listing cached before pre-releases were kept holds none: stale for --pre.
-        fresh = (cached is not None and time.time() - cached["fetched_at"] < LISTING_MAX_AGE_S
-                 and (cached.get("with_pre") or not self.package.pre))
+        fresh = cached is not None and time.time() - cached["fetched_at"] < LISTING_MAX_AGE_S
         if cached is not None and fresh and not refresh:
             return [Release(**r) for r in cached["releases"]]
         try:
-            releases = releases_from_simple_json(self._fetch(), pre=True)
+            releases = releases_from_simple_json(self._fetch(), pre=self.package.pre)
         except (IndexUnavailable, subprocess.CalledProcessError, OSError) as exc:
             if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
@@ -262,7 +265,9 @@ class ReleaseIndex:
         return doc
 
     def _write_cache(self, releases: list[Release]) -> None:
-        doc = {"fetched_at": time.time(), "with_pre": True, "releases": [asdict(r) for r in releases]}
+        # the index's own releases have no source: the entries keep the fields every version reads
+        doc = {"fetched_at": time.time(), "releases": [{k: v for k, v in asdict(r).items() if k != "source"}
+                                                       for r in releases]}
         try:
             self.cache_file.parent.mkdir(parents=True, exist_ok=True)
             tmp = self.cache_file.with_suffix(f".{os.getpid()}.tmp")

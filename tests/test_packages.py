@@ -112,13 +112,14 @@ def test_a_find_links_directory_holds_only_its_project_and_merges_with_the_index
     cache = tmp_path / "cache"
     (cache / "index").mkdir(parents=True)
     index = [Release(v, [f"onnxruntime-{v}-{LINUX}.whl"]) for v in ("1.19.2", "1.20.0", "1.25.0.dev1")]
-    (cache / "index" / "onnxruntime.json").write_text(json.dumps(
-        {"fetched_at": time.time(), "with_pre": True, "releases": [r.__dict__ for r in index]}))
+    for name, rels in (("onnxruntime.pre.json", index), ("onnxruntime.json", [r for r in index if not r.is_pre])):
+        (cache / "index" / name).write_text(json.dumps(
+            {"fetched_at": time.time(), "releases": [{"version": r.version, "wheels": r.wheels} for r in rels]}))
     listed = ReleaseIndex(cache, "uv", offline=True, package=Package(find_links=(str(wheels),), pre=True)).releases()
     assert [(r.version, r.source) for r in listed] == [("1.19.2", ""), ("1.20.0.dev3", str(wheels)), ("1.20.0", ""),
                                                        ("1.25.0.dev1", "")]
     plain = ReleaseIndex(cache, "uv", offline=True, package=Package(find_links=(str(wheels),))).releases()
-    assert [r.version for r in plain] == ["1.19.2", "1.20.0"]
+    assert [r.version for r in plain] == ["1.19.2", "1.20.0"]  # without --pre: the releases of both sources
     ov = ReleaseIndex(cache, "uv", offline=True, package=Package("onnxruntime-openvino", find_links=(str(wheels),)))
     with pytest.raises(UsageError, match="no cached onnxruntime-openvino release listing"):
         ov.releases()  # each package has its own listing
@@ -308,3 +309,27 @@ def test_the_compare_table_says_which_pair_diverges():
     text = console.export_text()
     assert "diverges: NaN rows 0 vs 7" in text and "OpenVINO, CPU" in text and "b5963e82c8" in text
     assert "not compared: fell back" in text
+
+
+def test_titles_and_the_dashboard_name_a_package_that_is_not_the_default():
+    from harness.runners import PROVENANCE_KEYS
+    from harness.summary import target_label
+
+    assert target_label({"arch": "x86_64", "backend": "uv", "cpu": None}) == "x86_64 · uv"
+    ov = {"arch": "x86_64", "backend": "uv", **Package("onnxruntime-openvino", "openvino",
+                                                       (("precision", "FP16"),)).key()}
+    assert target_label(ov) == "x86_64 · uv · onnxruntime-openvino:openvino precision=FP16"
+    assert {"package", "ep", "ep_options", "index_urls", "find_links"} <= set(PROVENANCE_KEYS)  # dashboard rows
+
+
+def test_the_cached_listing_keeps_the_format_earlier_versions_read(tmp_path, monkeypatch):
+    """<package>.json holds final releases with version, wheels and yanked only (a harness without packages
+    reads the same file); a --pre listing is cached beside it."""
+    doc = page(f"onnxruntime-1.24.1-{LINUX}.whl", f"onnxruntime-1.25.0.dev1-{LINUX}.whl")
+    monkeypatch.setattr(ReleaseIndex, "_fetch", lambda self: doc)
+    ReleaseIndex(tmp_path, "uv").releases()
+    ReleaseIndex(tmp_path, "uv", package=Package(pre=True)).releases()
+    finals = json.loads((tmp_path / "index" / "onnxruntime.json").read_text())["releases"]
+    assert finals == [{"version": "1.24.1", "wheels": [f"onnxruntime-1.24.1-{LINUX}.whl"], "yanked": False}]
+    pre = json.loads((tmp_path / "index" / "onnxruntime.pre.json").read_text())["releases"]
+    assert [r["version"] for r in pre] == ["1.24.1", "1.25.0.dev1"]

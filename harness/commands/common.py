@@ -190,10 +190,19 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
     key = RunStore(run_dir).manifest()["key"]
     opts = {**opts, "model": str(store.dir / doc["model"]["file"]), "inputs": store.dir / doc["inputs"]["file"],
             "outputs": (), "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
-            "python": key["python"]}
+            "python": key["python"], **_package_opts(key)}
     note = (f"on the reduced repro of {run_dir.name}: {doc['nodes']['after']} of {doc['nodes']['before']} nodes, "
             f"{doc['rows']['after']} of {doc['rows']['before']} rows ({doc['pair'][0]} good, {doc['pair'][1]} bad)")
     return opts, note
+
+
+def _package_opts(key: dict) -> dict:
+    """The package options of a run's key (harness.packages), as the command line would give them."""
+    from harness.packages import of_key
+
+    pkg = of_key(key)
+    return {"package": pkg.name, "ep": pkg.ep, "ep_options": pkg.ep_options, "index_urls": pkg.index_urls,
+            "find_links": pkg.find_links}
 
 
 def log_to_stderr(msg) -> None:
