@@ -90,7 +90,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
             "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label} if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
-                   spec.memory_limit_mb, spec.package.providers_request(), spec.package.provider)
+                   spec.memory_limit_mb)
     return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
 
 

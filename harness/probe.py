@@ -35,8 +35,6 @@ class ProbeJob:
     timeout: float = 600.0
     repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
     memory_limit_mb: int | None = None  # the worker's address-space cap
-    providers: list | None = None  # [[provider, options]] for the worker; None: the CPU provider, no options
-    provider: str = "CPUExecutionProvider"  # the provider the session must run on for the probe to count
 
 
 def signal_name(num: int) -> str:
@@ -74,6 +72,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
     except EnvironmentSkip as exc:
         return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
                 "finished": _now()}
+    providers, asked = runner.package.providers_request(), runner.package.provider
     request = {
         "model": str(job.model),
         "inputs": str(job.inputs),
@@ -83,7 +82,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # written to scratch first: a full results disk must not turn into a model error
         "outputs_path": str(workdir / "outputs.npz") if outputs_path else None,
         "hold_dir": os.environ.get(HOLD_DIR_ENV),
-        **({"providers": job.providers} if job.providers else {}),  # a default probe's request is unchanged
+        # the runner's package names the provider every probe through it runs on (trace, triage, reduce too);
+        # the default package sends none, so a default probe's request is what it always was
+        **({"providers": providers} if providers else {}),
     }
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)
@@ -99,8 +100,8 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
     if info is not None and env is not None:
         runner.note_build_info(env, info)  # `bisect versions` shows the commit of a build probed once
     used = (out.result or {}).get("providers_used")
-    if status == "ran" and used is not None and job.provider not in used:
-        status, reason = "skip", provider_fallback(job.provider, used, out.stderr_tail)
+    if status == "ran" and used is not None and asked not in used:
+        status, reason = "skip", provider_fallback(asked, used, out.stderr_tail)
     hashes = [_output_hashes(out.result)]
     if status == "ran" and job.repeat > 1:
         for _ in range(job.repeat - 1):
@@ -110,7 +111,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         if distinct > 1:
             status, reason = "nondeterministic", f"{distinct} different outputs in {job.repeat} identical runs"
     record.update(
-        providers={"requested": job.provider, "used": used},
+        providers={"requested": asked, "used": used},
         status=status,
         reason=reason,
         result=out.result,

@@ -225,8 +225,7 @@ def test_a_session_that_fell_back_to_another_provider_is_a_skip(tmp_path, used, 
            ":101 [ERROR] [OpenVINO] Unsupported inference precision is selected. CPU only supports FP32, ACCURACY.\n")
     runner = ReplayRunner({"1.24.1": ran_on(*used, stderr=log)})
     runner.package = Package("onnxruntime-openvino", "openvino", (("precision", "FP16"),))
-    job = ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz", providers=runner.package.providers_request(),
-                   provider="OpenVINOExecutionProvider")
+    job = ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz")  # the provider is the runner's package's
     rec = run_probe(runner, Release("1.24.1", [f"x-{LINUX}.whl"]), job, tmp_path / "w", tmp_path / "out.npz")
     assert rec["status"] == status
     assert rec["package"] == "onnxruntime-openvino"
