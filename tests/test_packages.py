@@ -18,7 +18,6 @@ import pytest
 
 import builders
 import inproc
-from harness import request
 from harness.compare import _against, parse_pair
 from harness.errors import UsageError
 from harness.packages import Package, label_of, of_key, parse_build_info
