@@ -253,6 +253,11 @@ def test_a_default_probe_sends_the_worker_what_it_always_did(tmp_path):
                     tmp_path / "w", None)
     assert rec["status"] == "ran" and "providers" not in seen[0]
     assert "package" not in rec["provenance"]  # the default package: provenance as before
+    runner = Recording({"1.24.1": ran_on("OpenVINOExecutionProvider", "CPUExecutionProvider")})
+    runner.package = Package("onnxruntime-openvino", "openvino", (("device_type", "CPU"),))
+    run_probe(runner, Release("1.24.1", [f"x-{LINUX}.whl"]), ProbeJob(tmp_path / "m", tmp_path / "b"),
+              tmp_path / "w", None)
+    assert seen[1]["providers"] == [["OpenVINOExecutionProvider", {"device_type": "CPU"}]]
 
 
 # -- compare's arithmetic ----------------------------------------------------------------------
