@@ -45,6 +45,7 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def script(*, title: str, predicate: str, bad_means: str, session_options: dict, where: str,
+           requirement: str = "onnxruntime==VERSION", providers: list | None = None,
            reduced: dict | None, full: dict) -> str:
     """The script's text.
 
@@ -69,7 +70,7 @@ def script(*, title: str, predicate: str, bad_means: str, session_options: dict,
     return f'''\
 """Repro: {title}.
 
-    pip install onnxruntime==VERSION numpy
+    pip install {requirement} numpy
 {textwrap.indent(chr(10).join(usage), "    ")}
 
 Exit status 0 good, 1 bad. Bad means: {bad_means}.
@@ -89,6 +90,7 @@ FULL_MODEL_HUB = {full.get("hub")!r}
 FULL_INPUTS_NPZ_B64 = {wrap(npz_b64(full["inputs"]))}
 FULL_OUTPUTS = {list(full["outputs"])!r}
 SESSION_OPTIONS = {session_options!r}
+PROVIDERS = {providers or [["CPUExecutionProvider", {}]]!r}  # [[name, options]], asked for in this order
 PREDICATE = {predicate!r}
 LEVELS = {GRAPH_LEVELS!r}
 
@@ -100,7 +102,8 @@ def session(model):
         so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[SESSION_OPTIONS["graph_optimization_level"]])
     if SESSION_OPTIONS.get("intra_op_num_threads") is not None:
         so.intra_op_num_threads = int(SESSION_OPTIONS["intra_op_num_threads"])
-    return ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model, sess_options=so, providers=[p[0] for p in PROVIDERS],
+                                provider_options=[p[1] for p in PROVIDERS])
 
 
 def fetch_full_model():
@@ -162,6 +165,10 @@ def main(argv):
     feeds = dict(np.load(io.BytesIO(base64.b64decode(feeds))))
     try:
         sess = session(model)
+        if sess.get_providers()[0] != PROVIDERS[0][0]:  # onnxruntime fell back: not what was asked
+            print("%s did not run here (the session ran on %s): no verdict"
+                  % (PROVIDERS[0][0], ", ".join(sess.get_providers())), file=sys.stderr)
+            return 2
         names = outputs or [o.name for o in sess.get_outputs()]
         values = sess.run(names, feeds)
     except Exception as exc:  # the model fails to load or run on this release

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 
-from harness import models
+from harness import models, packages
 from harness import repro as repro_mod
 from harness.repro import SCRIPT
 from harness.results import EXPLANATION, RunStore
@@ -203,7 +203,8 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
         "numpy": res.get("numpy", "?"),
         "backend": ran["how"],
         "reproduce": ran["reproduce"],
-        "execution_provider": "CPUExecutionProvider",
+        "execution_provider": packages.of_key(key).provider,
+        "requirement": packages.of_key(key).requirement(version),
         "build_info": ort.get("build_info", ""),
         "seen_in": version,
     }
@@ -245,8 +246,11 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
                 where: str) -> dict:
     reduced = _reduced_part(store, embed_limit)
     full = _full_part(manifest, key, embed_limit)
-    title = f"{manifest['model']['name']} on onnxruntime (CPUExecutionProvider)"
+    package = packages.of_key(key)
+    title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
     script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
+                              requirement=package.requirement("VERSION"),
+                              providers=package.providers_request(),
                               session_options=key.get("session_options") or {},
                               where=where, reduced=reduced, full=full)
     store.save_file(SCRIPT, script)
@@ -262,8 +266,11 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 def markdown(doc: dict) -> str:
     env = doc["environment"]
     lg, fb = doc["last_good"], doc["first_bad"]
-    title = (f"{doc['model']['name']}: {doc['symptom']} on {env['arch']} CPU since onnxruntime {fb} "
-             f"(last good {lg})") if fb else f"{doc['model']['name']}: onnxruntime verdicts on {env['arch']}"
+    package = (env.get("requirement") or "onnxruntime").split("==")[0].split("[")[0]
+    ep = env.get("execution_provider") or "CPUExecutionProvider"
+    on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
+    title = (f"{doc['model']['name']}: {doc['symptom']} on {on} since {package} {fb} "
+             f"(last good {lg})") if fb else f"{doc['model']['name']}: {package} verdicts on {on}"
     L = [f"## {title}", ""]
     L += ["### Describe the bug", ""]
     if fb:
@@ -320,7 +327,7 @@ def markdown(doc: dict) -> str:
     full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
             "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
             if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model (sha256 {r['model_sha256'][:16]}...)")
-    L += ["", "```", f"pip install onnxruntime=={version} numpy"]
+    L += ["", "```", f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
     if r["reduced"]:
         L.append("python repro.py                 # the reduced model")
     L += [full, "```", ""]

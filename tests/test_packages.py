@@ -336,3 +336,32 @@ def test_the_cached_listing_keeps_the_format_earlier_versions_read(tmp_path, mon
     assert finals == [{"version": "1.24.1", "wheels": [f"onnxruntime-1.24.1-{LINUX}.whl"], "yanked": False}]
     pre = json.loads((tmp_path / "index" / "onnxruntime.pre.json").read_text())["releases"]
     assert [r["version"] for r in pre] == ["1.24.1", "1.25.0.dev1"]
+
+
+# -- the upstream repro asks for the report's provider, and says when it did not run -------------
+
+@pytest.mark.release
+def test_the_repro_asks_for_the_runs_provider_and_gives_no_verdict_when_it_did_not_run(tmp_path):
+    import hashlib
+
+    from harness import repro
+
+    model = builders.residual_norm_model().SerializeToString()
+    batch = builders.residual_norm_inputs()
+    full = {"model": model, "file": "model.onnx", "sha256": hashlib.sha256(model).hexdigest(), "hub": None,
+            "inputs": batch, "outputs": []}
+    common = dict(title="t", predicate="nan-or-inf", bad_means="an output row holds NaN or Inf", session_options={},
+                  where="here", reduced=None, full=full)
+    python = builders.fresh_env(tmp_path, "1.20.0")
+    openvino = Package("onnxruntime-openvino", "openvino")
+    asked = tmp_path / "openvino.py"
+    asked.write_text(repro.script(**common, requirement=openvino.requirement("VERSION"),
+                                  providers=openvino.providers_request()))
+    assert "pip install onnxruntime-openvino==VERSION numpy" in asked.read_text()
+    out = builders.run_script(python, asked)  # the plain onnxruntime wheel has no OpenVINO provider
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "OpenVINOExecutionProvider did not run here (the session ran on CPUExecutionProvider)" in out.stderr
+    cpu = tmp_path / "cpu.py"
+    cpu.write_text(repro.script(**common))
+    out = builders.run_script(python, cpu)
+    assert out.returncode in (0, 1) and out.stdout.startswith("onnxruntime 1.20.0, full model:"), out.stderr
