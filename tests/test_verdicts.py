@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from harness.errors import UsageError
-from harness.metrics import compare, probe_metrics
+from harness.metrics import compare
 from harness.verdicts import classify, judge, parse_predicate, rows_summary
 
 
