@@ -45,6 +45,7 @@ MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
 QUARANTINE = "quarantine.jsonl"
 EXPLANATION = "explanation"
+REPORT = "report.md"  # the upstream report as `bisect report` last wrote it (next to repro.py)
 
 
 def run_id_for(name: str, key: dict) -> str:
