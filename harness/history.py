@@ -30,11 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError, UsageError
-from harness.repro import SCRIPT
-from harness.results import MANIFEST, PROBES, QUARANTINE, REPORT, Evidence, RunStore, write_atomic
+from harness.results import MANIFEST, PROBES, QUARANTINE, REPORT, REPRO, Evidence, RunStore, write_atomic
 
 SIDE_DIRS = ("cells", "traces")  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
-SIDE_FILES = (REPORT, SCRIPT)  # remade from the whole evidence: merge keeps the newer copy (mtime)
+SIDE_FILES = (REPORT, REPRO)  # remade from the whole evidence: merge keeps the newer copy (mtime)
 
 
 def record_id(record: dict) -> str:
