@@ -365,6 +365,6 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
                         j = bound + shift - 1
                         store.append(record(j, versions[j], f"{day}T04:31:00Z", bad=True))
                         n += 1
-            if report and bound is not None and mi == 0:
+            if report and bound is not None and mi == 0 and bound + shift < len(versions):
                 store.save_file(REPORT, f"## {model} on {arch}: NaN outputs since onnxruntime {versions[bound]}\n")
     return n
