@@ -44,7 +44,7 @@ from urllib.parse import quote
 
 from harness.errors import UsageError
 from harness.history import SIDE_DIRS, SIDE_FILES
-from harness.overview import Changes, Row, changes, collect, nights, vkey
+from harness.overview import Changes, Row, changes, collect, nights, runs_of, vkey
 from harness.results import MANIFEST, PROBES
 
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825", "error": "#8e24aa",
@@ -406,7 +406,8 @@ def _left_out_html(left_out: list) -> str:
             f"aside).</p><ul>{items}</ul></div>")
 
 
-def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = ()) -> str:
+def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
+           runs: list[tuple[str, str]] | None = None) -> str:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_model[r.model].append(r)
@@ -415,8 +416,10 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
                      for v, c in VERDICT_COLOURS.items())
     generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     script_hash = base64.b64encode(hashlib.sha256(FILTER_JS.encode()).digest()).decode()
-    runs = nights(rows)
-    chart = history_svg(runs)
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
+    ch = changes(rows, runs) if ch is None else ch
+    per_night = nights(rows, runs)
+    chart = history_svg(per_night)
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width,initial-scale=1">',
              ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
@@ -424,8 +427,8 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
              '<link rel="icon" href="data:,">', f"<title>{e(title)}</title>", f"<style>{CSS}</style></head><body>",
              f"<h1>{e(title)}</h1>",
              (f'<p class="note">Generated {e(generated)} from {sum(len(r.cells) for r in rows)} release verdicts in '
-              f"{len({r.run_id for r in rows})} run(s), {len(runs)} nightly run(s).</p>"),
-             f'<p class="legend">{legend}</p>', _left_out_html(list(left_out)), changes_html(changes(rows), rows)]
+              f"{len({r.run_id for r in rows})} run(s), {len(per_night)} nightly run(s).</p>"),
+             f'<p class="legend">{legend}</p>', _left_out_html(list(left_out)), changes_html(ch, rows)]
     if not rows:
         parts.append("<p>No results yet.</p>")
     else:
@@ -435,7 +438,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
         parts.append(f'<div class="chart history">{chart}</div>' if chart else "")
         parts.append("<details><summary>The same as a table</summary><ul>")
         parts += [f"<li>{e(n['date'])} ({e(n['first'])} – {e(n['last'])}): "
-                  + ", ".join(f"{c} {e(v)}" for v, c in sorted(n["verdicts"].items())) + "</li>" for n in runs]
+                  + ", ".join(f"{c} {e(v)}" for v, c in sorted(n["verdicts"].items())) + "</li>" for n in per_night]
         parts.append("</ul></details></section>")
     for n, model in enumerate(sorted(by_model)):
         parts.append(_model_section(model, sorted(by_model[model], key=lambda r: (r.target, r.predicate)), n))
@@ -472,15 +475,16 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
                              "(uv run --with matplotlib bisect dashboard ...)") from None
     out.mkdir(parents=True, exist_ok=True)
     copy_raw(rows, out)
+    runs = runs_of(t for r in rows for _, t, _ in r.judged)
+    ch = changes(rows, runs)
     page = out / "index.html"
-    page.write_text(render(rows, title, left_out), encoding="utf-8")
+    page.write_text(render(rows, title, left_out, ch, runs), encoding="utf-8")
     grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                     "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
                     "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
                     "margins": {v: {k: _json_number(x) for k, x in m.items()} for v, m in r.margins.items()},
                     "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
     (out / "dashboard.json").write_text(json.dumps(grid, indent=1, sort_keys=True))
-    ch = changes(rows)
     (out / "changes.json").write_text(json.dumps({"run_started": ch.run_started, "previous_run": ch.previous_run,
                                                   "new_releases": ch.new_releases, "flipped": ch.flipped,
                                                   "new_boundaries": ch.new_boundaries}, indent=1))

@@ -279,21 +279,23 @@ def _time(t: str) -> datetime | None:
         return None
 
 
-def runs_of(times: list[str]) -> list[tuple[str, str]]:
+def runs_of(times) -> list[tuple[str, str]]:
     """(first, last) probe time of each run, oldest first: times further apart than RUN_GAP split runs."""
-    stamps = sorted({t for t in times if _time(t)})
+    parsed = {t: _time(t) for t in set(times)}  # each distinct stamp parsed once
+    stamps = sorted(t for t, when in parsed.items() if when)
     runs: list[list[str]] = []
     for t in stamps:
-        if runs and _time(t) - _time(runs[-1][-1]) <= RUN_GAP:
+        if runs and parsed[t] - parsed[runs[-1][-1]] <= RUN_GAP:
             runs[-1].append(t)
         else:
             runs.append([t])
     return [(r[0], r[-1]) for r in runs]
 
 
-def changes(rows: list[Row]) -> Changes:
-    """What the newest run changed: releases probed for the first time, verdicts that flipped, boundaries."""
-    runs = runs_of([t for r in rows for _, t, _ in r.judged])
+def changes(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> Changes:
+    """What the newest run changed: releases probed for the first time, verdicts that flipped, boundaries.
+    `runs` is `runs_of` every probe time of `rows`, when the caller has it."""
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
     if not runs:
         return Changes(None, None, [], [], [])
     start = runs[-1][0]
@@ -323,17 +325,21 @@ def changes(rows: list[Row]) -> Changes:
                    sorted(flipped, key=lambda f: (f[0], vkey(f[1]))), sorted(bounds))
 
 
-def nights(rows: list[Row]) -> list[dict]:
+def nights(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> list[dict]:
     """Per run (night): its date, and how many probes of each verdict it recorded; oldest first."""
-    runs = runs_of([t for r in rows for _, t, _ in r.judged])
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
+    if not runs:
+        return []
     out = [{"first": a, "last": b, "date": a[:10], "verdicts": defaultdict(int)} for a, b in runs]
     starts = [a for a, _ in runs]
     import bisect as _bisect
 
     for r in rows:
         for _, t, verdict in r.judged:
-            if _time(t):
-                out[_bisect.bisect_right(starts, t) - 1]["verdicts"][verdict] += 1
+            if t and t >= starts[0]:  # stamps that parse sort as text; the others are in no run
+                i = _bisect.bisect_right(starts, t) - 1
+                if t <= runs[i][1]:
+                    out[i]["verdicts"][verdict] += 1
     for n in out:
         n["verdicts"] = dict(n["verdicts"])
     return out

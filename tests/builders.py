@@ -333,6 +333,7 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
                                                          "model": {"name": model, "digest": key["model"]},
                                                          "batch": {"digest": key["batch"]}, "commands": []}))
             store = RunStore(d)
+            lines: list[str] = []  # written at once, as RunStore.append writes each (no fsync per record)
             prov = {"arch": arch, "backend": backend, "cpu": cpu, "python": "3.11"}
             if package:
                 prov.update(package=package, providers=providers)
@@ -355,16 +356,16 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
                 last = night == nights - 1
                 todo = range(len(versions) - 1) if night == 0 else range(len(versions) - 1) if refresh else ()
                 for i in todo:
-                    store.append(record(i, versions[i], f"{day}T03:{i // 60:02d}:{i % 60:02d}Z"))
-                    n += 1
+                    lines.append(json.dumps(record(i, versions[i], f"{day}T03:{i // 60:02d}:{i % 60:02d}Z"),
+                                            sort_keys=True))
                 if last and nights > 1:
                     i = len(versions) - 1
-                    store.append(record(i, versions[i], f"{day}T04:30:00Z"))
-                    n += 1
+                    lines.append(json.dumps(record(i, versions[i], f"{day}T04:30:00Z"), sort_keys=True))
                     if mi == 0 and ti == 0 and bound is not None and bound + shift >= 2:
                         j = bound + shift - 1
-                        store.append(record(j, versions[j], f"{day}T04:31:00Z", bad=True))
-                        n += 1
+                        lines.append(json.dumps(record(j, versions[j], f"{day}T04:31:00Z", bad=True), sort_keys=True))
+            (d / "probes.jsonl").write_text("".join(line + "\n" for line in lines))
+            n += len(lines)
             if report and bound is not None and mi == 0 and bound + shift < len(versions):
                 store.save_file(REPORT, f"## {model} on {arch}: NaN outputs since onnxruntime {versions[bound]}\n")
     return n

@@ -151,6 +151,7 @@ class Browser:
         raise TimeoutError(method)
 
     def open(self, url: str) -> None:
+        self.events = []  # this load's events only (a second open must not see the first one's load event)
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
         self.call("Page.navigate", url=url)
