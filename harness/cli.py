@@ -19,7 +19,7 @@ from harness.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, 
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.results import TornLineWarning
 
-COMMANDS = ("run", "sweep", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
+COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
             "drift", "matrix", "merge", "dashboard", "setup", "doctor")
 
 

@@ -144,7 +144,10 @@ def tokenize_batch(tokenizer_path: Path, spec: dict) -> dict[str, np.ndarray]:
 
 
 def default_batch(model: ResolvedModel, cache_dir: Path) -> Path:
-    """The registered model's repro batch as .npz, tokenized once and kept in the cache."""
+    """The registered model's repro batch as .npz, tokenized once and kept in the cache (or the batch a
+    generated model comes with)."""
+    if model.batch_file is not None:
+        return model.batch_file
     if not model.spec.batch or not model.tokenizer:
         raise UsageError(f"--model {model.name}: no default batch; give one with --inputs FILE.npz")
     spec = batch_spec(model.spec.batch)

@@ -47,6 +47,7 @@ class ResolvedModel:
     data_files: list[Path] = field(default_factory=list)
     tokenizer: Path | None = None
     digest: str = ""
+    batch_file: Path | None = None  # a generated model's own batch (no tokenizer to make one)
 
     @property
     def name(self) -> str:
@@ -93,7 +94,8 @@ def resolve(model: str, cache_dir: Path, offline: bool = False) -> ResolvedModel
 
         made = embedded.materialize(spec.generator, cache_dir / "models" / spec.name)
         resolved = check_local(Path(made["model"]), spec, cache_dir)
-        resolved.tokenizer = Path(made["tokenizer"])
+        resolved.tokenizer = Path(made["tokenizer"]) if made.get("tokenizer") else None
+        resolved.batch_file = Path(made["batch"]) if made.get("batch") else None
         return resolved
     raise UsageError(f"model {spec.name}: unknown source {spec.source!r}")
 

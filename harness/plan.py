@@ -15,6 +15,7 @@ from pathlib import Path
 
 from harness import request
 from harness.errors import UsageError
+from harness.packages import Package, of_key
 from harness.probe import ProbeJob
 from harness.reference import Reference
 from harness.request import ProbeInputs
@@ -48,6 +49,7 @@ class SearchSpec:
     repeat: int = 1
     memory_limit_mb: int | None = None
     range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
+    package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
 
 
 @dataclass
@@ -118,4 +120,12 @@ def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: s
                       outputs=tuple(key.get("outputs") or ()), arch=key["arch"], backend=key["backend"],
                       cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
                       results_dir=Path(run_dir).parent, resume=Path(run_dir).name,
-                      session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1))
+                      session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1),
+                      package=of_key(key, pre=_has_pre(from_, to)))
+
+
+def _has_pre(*versions: str) -> bool:
+    """Whether a range names a pre-release or development build (then the listing must hold them)."""
+    from harness.versions import parse_version
+
+    return any(parse_version(v).is_prerelease for v in versions if v)

@@ -1,8 +1,15 @@
-"""One probe: install (or reuse) a release, run the worker on the batch, say how it ended."""
+"""One probe: install (or reuse) a release, run the worker on the batch, say how it ended.
+
+A probe whose session did not run on the execution provider asked for (the
+worker reports `get_providers()`; onnxruntime falls back to the CPU provider
+when the requested one cannot be made, with only a line in its log) ends as
+*skip* with the reason: what ran is not what was asked about.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import time
@@ -57,13 +64,15 @@ def outcome_status(out: ProcessOutcome) -> tuple[str, str]:
 def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, outputs_path: Path | None) -> dict:
     """Probe one release; always returns a record, whatever happened."""
     t0 = time.perf_counter()
-    record = {"version": release.version, "provenance": runner.provenance(), "finished": None}
+    record = {"version": release.version, "package": runner.package.name, "provenance": runner.provenance(),
+              "finished": None}
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         env = runner.prepare(release)
     except EnvironmentSkip as exc:
         return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
                 "finished": _now()}
+    providers, asked = runner.package.providers_request(), runner.package.provider
     request = {
         "model": str(job.model),
         "inputs": str(job.inputs),
@@ -73,6 +82,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # written to scratch first: a full results disk must not turn into a model error
         "outputs_path": str(workdir / "outputs.npz") if outputs_path else None,
         "hold_dir": os.environ.get(HOLD_DIR_ENV),
+        # the runner's package names the provider every probe through it runs on (trace, triage, reduce too);
+        # the default package sends none, so a default probe's request is what it always was
+        **({"providers": providers} if providers else {}),
     }
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)
@@ -84,6 +96,12 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
             out = runner.run(env, request, workdir, job.timeout)
             status, reason = outcome_status(out)
             reason = f"{reason} (environment rebuilt)" if status != "ran" else "ran (environment rebuilt)"
+    info = ((out.result or {}).get("onnxruntime") or {}).get("build_info")
+    if info is not None and env is not None:
+        runner.note_build_info(env, info)  # `bisect versions` shows the commit of a build probed once
+    used = (out.result or {}).get("providers_used")
+    if status == "ran" and used is not None and asked not in used:
+        status, reason = "skip", provider_fallback(asked, used, out.stderr_tail)
     hashes = [_output_hashes(out.result)]
     if status == "ran" and job.repeat > 1:
         for _ in range(job.repeat - 1):
@@ -93,6 +111,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         if distinct > 1:
             status, reason = "nondeterministic", f"{distinct} different outputs in {job.repeat} identical runs"
     record.update(
+        providers={"requested": asked, "used": used},
         status=status,
         reason=reason,
         result=out.result,
@@ -103,7 +122,8 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
         finished=_now(),
     )
-    if outputs_path and (workdir / "outputs.npz").exists():
+    # a fallback's outputs are not the provider's: a skipped probe keeps none
+    if outputs_path and status != "skip" and (workdir / "outputs.npz").exists():
         try:
             shutil.move(workdir / "outputs.npz", outputs_path)
         except OSError as exc:
@@ -127,3 +147,18 @@ def _retry_prepare(runner: Runner, release: Release) -> Environment | None:
         return runner.prepare(release)
     except EnvironmentSkip:
         return None
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def provider_fallback(asked: str, used: list, stderr: str) -> str:
+    """Why a probe whose session ran without the provider asked for is a skip: what ran, and onnxruntime's own
+    error line (the reason it gave for falling back), when its log has one."""
+    said = [ln for ln in _ANSI.sub("", stderr).splitlines() if "[E:" in ln or "ERROR" in ln or "Failed to create" in ln]
+    why = ""
+    if said:
+        line = said[0]
+        line = line.split("] ", 1)[-1] if "[ERROR]" not in line else line[line.index("[ERROR]"):]
+        why = f"; onnxruntime said: {line.strip()[:300]}"
+    return f"{asked} was asked for but the session ran on {', '.join(used) or 'no provider'}{why}"

@@ -48,7 +48,7 @@ class ProbeLines:
         return self.bar.__exit__(*exc)
 
     def probe_started(self, version: str) -> None:
-        self.tasks[version] = self.bar.add_task(f"probing onnxruntime {version}", total=None)
+        self.tasks[version] = self.bar.add_task(f"probing {version}", total=None)
 
     def probe_finished(self, record: dict, reused: bool) -> None:
         self.count += 1
@@ -57,7 +57,7 @@ class ProbeLines:
             self.bar.remove_task(task)
         how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
         lead = f"{escape(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
-        self.bar.console.print(f"{lead}onnxruntime {record['version']:<8} "
+        self.bar.console.print(f"{lead}{escape(record.get('package') or 'onnxruntime')} {record['version']:<8} "
                                f"[{VERDICT_STYLE.get(record['verdict'], '')}]{record['verdict']:<7}[/] "
                                f"{escape(record.get('why') or '')} ({how})")
 
@@ -68,22 +68,52 @@ def _number(v, fmt: str) -> str:
 
 def run_table(doc: dict) -> Table:
     """One row per probe; graded metrics (fp16 headroom, worst cosine with the reference) where probes have them."""
-    t = Table(title=f"onnxruntime probes · {target_label(doc.get('provenance') or {})}", title_justify="left")
+    prov = doc.get("provenance") or {}
+    t = Table(title=f"{prov.get('package') or 'onnxruntime'} probes · {target_label(prov)}", title_justify="left")
+    commits = any(p.get("commit") for p in doc["probes"])
     metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
                                                              ("cosine_min", "worst cosine", ".6f"))
                    if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
                       ("rows", "right"), *((title, "right") for _, title, _ in metric_cols), ("seconds", "right"),
-                      ("note", "left")):
+                      *((("commit", "left"),) if commits else ()), ("note", "left")):
         t.add_column(col, justify=just)
     for p in doc["probes"]:
         m = p.get("metrics") or {}
         kinds = {d.split("<")[0].split(">")[0] for d in p.get("decided_by") or ["nan"]}
         shown = p["verdict"] == "good" or (p["verdict"] == "bad" and kinds <= {"nan", "nan-or-inf", "cosine", "headroom"})
         note = "" if shown else (p.get("why") or "")  # the columns already say it
-        t.add_row(p["version"], verdict(p["verdict"]), str(p["nan_rows"] or 0), str(p["inf_rows"] or 0),
-                  str(p["rows"] or 0), *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
-                  f"{p['seconds']:.2f}", ("saved; " if p["reused"] else "") + escape(note))
+        counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
+        t.add_row(p["version"], verdict(p["verdict"]),
+                  *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
+                  *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
+                  f"{p['seconds']:.2f}", *((p.get("commit") or "-",) if commits else ()),
+                  ("saved; " if p["reused"] else "") + escape(note))
+    return t
+
+
+def compare_table(doc: dict) -> Table:
+    """One row per PACKAGE:EP pair of `bisect compare`, the first the reference of the others."""
+    t = Table(title=f"{doc['model']} · release {doc['version']} · {target_label(doc.get('provenance') or {})}",
+              title_justify="left")
+    for col, just in (("package:ep", "left"), ("ran on", "left"), ("commit", "left"), ("NaN rows", "right"),
+                      ("Inf rows", "right"), ("zero rows", "right"), ("max |x|", "right"),
+                      ("worst cosine vs first", "right"), ("", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    for i, r in enumerate(doc["pairs"]):
+        used = ", ".join(p.removesuffix("ExecutionProvider") for p in (r.get("providers") or {}).get("used") or [])
+        if i == 0:
+            note = "reference" if r["status"] == "ran" else f"[yellow]{r['status']}[/]: {escape(r.get('reason') or '')}"
+        elif r.get("diverges"):
+            note = f"[bold red]diverges[/]: {escape(r['why'])}"
+        elif r.get("diverges") is None:
+            note = f"[yellow]{escape(r['why'])}[/]"
+        else:
+            note = "[green]agrees[/]"
+        cos = r.get("cosine_min_finite") if r.get("cosine_min_finite") is not None else r.get("cosine_min")
+        t.add_row(escape(r["label"]), used or "-", r.get("commit") or "-", _number(r.get("nan_rows"), "d"),
+                  _number(r.get("inf_rows"), "d"), _number(r.get("zero_rows"), "d"), _number(r.get("max_abs"), ".5g"),
+                  "" if i == 0 else _number(cos, ".6f"), note)
     return t
 
 

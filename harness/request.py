@@ -8,8 +8,11 @@ one line) that names what the user typed. The checks run cheapest first:
 1. numbers and words: --timeout, --bad-if (a bound >= 0), one reference at
    most (--reference FILE.npz or fp32, --reference-release), given whenever
    the predicate compares with one;
-2. the target, by the runner registry's rules (arch, backend, --cpu, the
-   Python a backend runs, --memory-limit): a runner is made, not provisioned;
+2. the package and provider (harness.packages: a package the harness knows,
+   a provider it runs, the device that provider needs visible on this host,
+   --find-links directories that exist), then the target, by the runner
+   registry's rules (arch, backend, --cpu, the Python a backend runs,
+   --memory-limit): a runner is made, not provisioned;
 3. what is named on the command line: --cache-dir and --results-dir are (or
    can become) directories, --model, --inputs and --reference are files,
    --resume names a run in --results-dir;
@@ -36,13 +39,14 @@ from harness import inputs as inputs_mod
 from harness import models
 from harness import reference as reference_mod
 from harness.errors import UsageError
+from harness.packages import Package, known_eps, of_key
 from harness.reference import Reference
 from harness.results import RunStore
 from harness.runners import Runner, make_runner
 from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import Release, ReleaseIndex, Target, select_range, wheel_pythons
-from harness.vocabulary import canonical_arch
+from harness.vocabulary import DEVICE_CHECKS, PACKAGES, canonical_arch
 
 if TYPE_CHECKING:
     from harness.plan import SearchSpec
@@ -106,9 +110,52 @@ def directory(path: Path, flag: str) -> Path:
     return path
 
 
-def release_listing(cache_dir: Path, offline: bool = False) -> list[Release]:
-    """Every onnxruntime release on the index (cached; `offline` reads the cache only, never the network)."""
-    return ReleaseIndex(directory(cache_dir, "--cache-dir"), uv_bin(), offline).releases()
+def release_listing(cache_dir: Path, offline: bool = False, package: Package | None = None) -> list[Release]:
+    """Every release of the package on the index and its sources (the index's listing is cached; `offline`
+    reads the cache only, never the network)."""
+    return ReleaseIndex(directory(cache_dir, "--cache-dir"), uv_bin(), offline, package).releases()
+
+
+def package(pkg: Package) -> Package:
+    """The package and provider a request names, checked before anything is listed or installed."""
+    eps = known_eps(pkg.name)
+    if eps is None:
+        raise UsageError(f"--package {pkg.name}: not an onnxruntime package this harness knows "
+                         f"(known: {', '.join(PACKAGES)})")
+    if pkg.ep not in eps:
+        runs = [n for n, e in PACKAGES.items() if pkg.ep in e]
+        hint = f"; {pkg.ep} is in {', '.join(runs)}" if runs else f" (providers: {', '.join(sorted({e for v in PACKAGES.values() for e in v}))})"
+        raise UsageError(f"--ep {pkg.ep}: {pkg.name} runs {', '.join(eps)}, not {pkg.ep}{hint}")
+    for link in pkg.find_links:
+        if "://" not in link and not Path(link).is_dir():
+            raise UsageError(f"--find-links {link}: no such directory")
+    for url in pkg.index_urls:
+        if url.startswith("file://") and not Path(url.removeprefix("file://")).is_dir():
+            raise UsageError(f"--index-url {url}: no such directory")
+    device = DEVICE_CHECKS.get(pkg.ep)
+    if device:
+        problem = device_problem(*device)
+        if problem:
+            raise UsageError(f"--ep {pkg.ep}: {problem}; nothing was installed")
+    return pkg
+
+
+def device_problem(command: str, missing: str) -> str | None:
+    """Why the device a provider needs is not usable here (`command` fails or is absent), or None."""
+    import shutil
+    import subprocess
+
+    found = shutil.which(command)
+    if found is None:
+        return f"{missing} ({command} is not installed)"
+    try:
+        proc = subprocess.run([found], capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{missing} ({command} failed: {exc})"
+    if proc.returncode != 0:
+        said = (proc.stdout + proc.stderr).strip().splitlines()[:1]
+        return f"{missing} ({command} exited with status {proc.returncode}" + (f": {said[0]}" if said else "") + ")"
+    return None
 
 
 # -- the whole request -------------------------------------------------------------------
@@ -128,7 +175,9 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
         raise UsageError(f"--bad-if {pred}: compares with a reference; give --reference fp32, "
                          "--reference-release V or --reference FILE.npz")
 
-    runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu)
+    package(spec.package)
+    runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
+                         spec.package)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
 
@@ -144,7 +193,8 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     reference = inputs_mod.load_npz(Path(spec.reference), "--reference") if by_file else None
     resumed = _resumed(spec.results_dir, spec.resume)
 
-    releases = select_range(release_listing(spec.cache_dir, spec.offline), spec.from_, spec.to, spec.range_flags)
+    releases = select_range(release_listing(spec.cache_dir, spec.offline, spec.package), spec.from_, spec.to,
+                            spec.range_flags, spec.package.name)
     _check_wheels(spec, runner.target, releases)
     ref_release = _reference_release(spec, runner.target) if spec.reference_release else None
 
@@ -172,10 +222,10 @@ def _reference(spec: SearchSpec, arrays: dict[str, np.ndarray] | None, release: 
 
 def _reference_release(spec: SearchSpec, target: Target) -> Release:
     """The reference release is a release of the index with a wheel for the target (inside the range or not)."""
-    listing = {r.version: r for r in release_listing(spec.cache_dir, spec.offline)}
+    listing = {r.version: r for r in release_listing(spec.cache_dir, spec.offline, spec.package)}
     release = listing.get(spec.reference_release)
     if release is None:
-        raise UsageError(f"--reference-release {spec.reference_release}: no such onnxruntime release "
+        raise UsageError(f"--reference-release {spec.reference_release}: no such {spec.package.name} release "
                          f"(releases: {', '.join(list(listing)[:3])} ... {', '.join(list(listing)[-3:])})")
     if not release.wheel_for(target):
         raise UsageError(f"--reference-release {spec.reference_release}: no wheel for {target.arch} / "
@@ -209,9 +259,9 @@ def _check_wheels(spec: SearchSpec, target: Target, releases: list[Release]) -> 
     pythons = wheel_pythons(releases, target.arch)
     span = releases[0].version if len(releases) == 1 else f"{releases[0].version}..{releases[-1].version}"
     if pythons:
-        raise UsageError(f"--python {target.python}: no onnxruntime release of {span} has a wheel for "
+        raise UsageError(f"--python {target.python}: no {spec.package.name} release of {span} has a wheel for "
                          f"{target.arch} / Python {target.python} (there are wheels for Python {', '.join(pythons)})")
-    raise UsageError(f"{_range_words(spec)}: no onnxruntime release of {span} has a Linux wheel for {target.arch}")
+    raise UsageError(f"{_range_words(spec)}: no {spec.package.name} release of {span} has a Linux wheel for {target.arch}")
 
 
 def _model_and_batch(spec: SearchSpec) -> tuple[ProbeInputs, onnx.GraphProto]:
@@ -254,6 +304,8 @@ def _check_resumed(spec: SearchSpec, manifest: dict, pi: ProbeInputs, runner: Ru
     differ = [k for k, v in mine.items() if k in theirs and theirs[k] != v]
     if theirs.get("repeat", 1) != spec.repeat:
         differ.append("repeat")
+    if of_key(theirs, spec.package.pre) != spec.package:
+        differ.append("package or provider")
     if differ:
         raise UsageError(f"--resume {spec.resume}: that run was made for another {', '.join(differ)}; "
                          "leave out --resume to start a new run")

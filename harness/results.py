@@ -50,9 +50,12 @@ REPRO = "repro.py"  # the report's repro script
 
 
 def run_id_for(name: str, key: dict) -> str:
+    """model-arch-digest; a key that names a package or provider other than the default (harness.packages)
+    also names them: model-package-ep-arch-digest."""
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
-    return f"{safe}-{key.get('arch', 'any')}-{digest}"
+    package = f"{key['package']}-{key.get('ep', 'cpu')}-" if key.get("package") else ""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-{package}")
+    return f"{safe}{key.get('arch', 'any')}-{digest}"
 
 
 def write_atomic(path: Path, content: str | bytes) -> None:

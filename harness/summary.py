@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 
 from harness.driver import RunOutcome
 from harness.search import MODES, transitions
@@ -14,10 +13,9 @@ UPSTREAM = "https://github.com/microsoft/onnxruntime"
 
 def build_of(record: dict | None) -> dict:
     """The commit and branch onnxruntime was built from, as `get_build_info()` reported them in the probe."""
-    info = (((record or {}).get("result") or {}).get("onnxruntime") or {}).get("build_info") or ""
-    commit = re.search(r"git-commit-id=([0-9a-fA-F]+)", info)
-    branch = re.search(r"git-branch=([^,\s]+)", info)
-    return {"commit": commit.group(1) if commit else None, "branch": branch.group(1) if branch else None}
+    from harness.packages import parse_build_info
+
+    return parse_build_info((((record or {}).get("result") or {}).get("onnxruntime") or {}).get("build_info"))
 
 
 def compare_url(old: str | None, new: str | None) -> str | None:
@@ -114,8 +112,13 @@ def exit_status(doc: dict) -> int:
 
 
 def target_label(prov: dict) -> str:
-    """Where probes ran, for titles: "aarch64 · qemu · cpu neoverse-n1"."""
+    """Where probes ran, for titles: "aarch64 · qemu · cpu neoverse-n1", and the package and provider
+    when they are not the default: "x86_64 · uv · onnxruntime-openvino:openvino"."""
+    from harness.packages import label_of
+
     parts = [prov.get("arch") or "?", prov.get("backend") or "?"]
     if prov.get("cpu"):
         parts.append(f"cpu {prov['cpu']}")
+    if label_of(prov):
+        parts.append(label_of(prov) + "".join(f" {k}={v}" for k, v in sorted((prov.get("ep_options") or {}).items())))
     return " · ".join(parts)

@@ -164,7 +164,8 @@ def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] |
     else:
         m = of_record(record)
     verdict, why, held = classify(record, predicate, m)
-    s = rows_summary(record.get("result"))
+    # a skipped probe's numbers are not the release's (a provider fallback ran something else): none are shown
+    s = rows_summary(None if record.get("status") == "skip" else record.get("result"))
     return {**record, "verdict": verdict, "why": why, "predicate": str(predicate), "decided_by": held,
             "metrics": m, "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
 

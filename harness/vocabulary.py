@@ -38,3 +38,20 @@ def default_cache_dir() -> Path:
     """Environments, the release listing and generated models: $XDG_CACHE_HOME/ortbisect."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "ortbisect"
+
+
+# onnxruntime's packages and execution providers.
+DEFAULT_PACKAGE = "onnxruntime"
+DEFAULT_EP = "cpu"
+#: the --ep word -> onnxruntime's name of the execution provider
+PROVIDERS = {"cpu": "CPUExecutionProvider", "openvino": "OpenVINOExecutionProvider", "cuda": "CUDAExecutionProvider"}
+#: the packages the harness knows -> the --ep words each one runs
+PACKAGES = {
+    "onnxruntime": ("cpu",),
+    "onnxruntime-openvino": ("cpu", "openvino"),
+    "onnxruntime-gpu": ("cpu", "cuda"),
+}
+#: extras installed with a package for a provider: the CUDA and cuDNN runtime wheels of onnxruntime-gpu
+EP_EXTRAS = {("onnxruntime-gpu", "cuda"): ("cuda", "cudnn")}
+#: providers that need a device the host must show before anything is installed, and the command that shows it
+DEVICE_CHECKS = {"cuda": ("nvidia-smi", "no NVIDIA GPU is visible")}

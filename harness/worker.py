@@ -210,8 +210,15 @@ def probe(request, result):
     so = session_options(ort, opts)
     result["session_options"] = opts
     t = time.perf_counter()
-    sess = ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"])
+    providers = request.get("providers")  # [[name, options]]; absent: the CPU provider, as in every release
+    if providers:
+        sess = ort.InferenceSession(request["model"], sess_options=so, providers=[p[0] for p in providers],
+                                    provider_options=[p[1] for p in providers])
+    else:
+        sess = ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"])
     result["session_s"] = time.perf_counter() - t
+    # what really runs the model: onnxruntime falls back to the CPU provider when the one asked for fails
+    result["providers_used"] = sess.get_providers()
 
     result["stage"] = "run"
     names = request.get("outputs") or [o.name for o in sess.get_outputs()]

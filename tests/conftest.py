@@ -81,15 +81,29 @@ def residual_overflow(tmp_path_factory) -> tuple[Path, Path]:
     return model, d / "batch.npz"
 
 
-def pytest_collection_modifyitems(config, items):
-    """Files with emulated, then real-release tests first, the quick ones after: with test files spread over
-    processes (pytest-xdist, one file per process at a time) the long files start at once and the short ones
-    fill the gaps, instead of one long file starting last."""
-    def weight(item) -> int:
-        slow_first = item.get_closest_marker("qemu") or item.get_closest_marker("docker")
-        return 0 if slow_first else 1 if item.get_closest_marker("release") else 2
+# Test files by their measured share of the suite (`--durations`, seconds of one full run), longest first.
+# With files spread over processes (pytest-xdist, one file per process at a time) the long files must start
+# at once and the short ones fill the gaps; a long file handed out last is the suite's tail.
+LONGEST_FIRST = ["test_reduce.py", "test_upstream.py", "test_matrix.py", "test_run.py", "test_embedded_real.py",
+                 "test_runners_real.py", "test_packages_real.py", "test_verdicts_real.py", "test_explain.py",
+                 "test_hub.py", "test_triage.py", "test_dashboard.py", "test_trace.py", "test_robustness.py",
+                 "test_docker_engine.py"]
 
-    first: dict[str, int] = {}
+
+def pytest_collection_modifyitems(config, items):
+    """Measured long files first, then files with emulated, container or real-release tests, the quick ones last.
+
+    (pyproject's `--no-loadscope-reorder` keeps this order: xdist would otherwise hand out the files with the
+    most tests first, whatever their length.)"""
+    def weight(item) -> tuple[int, int]:
+        name = item.nodeid.split("::")[0].rsplit("/", 1)[-1]
+        if name in LONGEST_FIRST:
+            return 0, LONGEST_FIRST.index(name)
+        slow = item.get_closest_marker("qemu") or item.get_closest_marker("docker")
+        return (1 if slow else 2 if item.get_closest_marker("release") else 3), 0
+
+    first: dict[str, tuple[int, int]] = {}
     for item in items:
-        first[item.nodeid.split("::")[0]] = min(first.get(item.nodeid.split("::")[0], 2), weight(item))
+        path = item.nodeid.split("::")[0]
+        first[path] = min(first.get(path, (9, 0)), weight(item))
     items.sort(key=lambda item: first[item.nodeid.split("::")[0]])  # stable: each file keeps its own order

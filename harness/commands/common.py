@@ -12,7 +12,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from harness.vocabulary import DEFAULT_RESULTS_DIR, GRAPH_LEVELS, default_cache_dir
+from harness.vocabulary import DEFAULT_EP, DEFAULT_PACKAGE, DEFAULT_RESULTS_DIR, GRAPH_LEVELS, default_cache_dir
 
 EXIT_FAILURE = 1  # the environment or the harness failed (results cannot be written, ...)
 EXIT_USAGE = 2  # bad input, refused before any probe
@@ -33,6 +33,20 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
         return super().convert(rv, param, ctx)
+
+
+class KeyValue(click.ParamType):
+    """KEY=VALUE (--ep-option precision=FP16) as a (key, value) pair."""
+
+    name = "key=value"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        key, eq, val = str(value).partition("=")
+        if not eq or not key.strip() or not val.strip():
+            self.fail(f"{value!r}: expected KEY=VALUE, e.g. device_type=CPU", param, ctx)
+        return key.strip(), val.strip()
 
 
 def directory_option(ctx, param, value):
@@ -61,7 +75,25 @@ range_options = compose(
     click.option("--from", "from_", required=True, metavar="VERSION", help="First release of the range."),
     click.option("--to", "to", required=True, metavar="VERSION", help="Last release of the range."),
 )
-target_options = compose(
+source_options = compose(
+    click.option("--ep-option", "ep_options", type=KeyValue(), multiple=True, metavar="KEY=VALUE",
+                 help="A provider option (repeatable), e.g. --ep-option device_type=CPU."),
+    click.option("--index-url", "index_urls", multiple=True, metavar="URL",
+                 help="A simple index to take the package's wheels from, before the configured one (repeatable; "
+                      "http(s) or file://)."),
+    click.option("--find-links", "find_links", multiple=True, metavar="DIR|URL",
+                 help="A directory of wheels, or a page of wheel links, to take builds from (repeatable)."),
+    click.option("--pre", is_flag=True, help="List pre-releases and development builds (1.25.0.devN) too."),
+)
+package_options = compose(
+    click.option("--package", default=DEFAULT_PACKAGE, show_default=True,
+                 help="The onnxruntime package to install: onnxruntime, onnxruntime-openvino, onnxruntime-gpu."),
+    click.option("--ep", default=DEFAULT_EP, show_default=True,
+                 help="Execution provider the model must run on: cpu, openvino, cuda. A probe that falls back to "
+                      "another provider is a skip."),
+    source_options,
+)
+arch_options = compose(
     click.option("--arch", default=platform.machine(), show_default=True,
                  help="CPU architecture of the probes; several as x86_64,aarch64 (one result each)."),
     click.option("--backend", default="auto", show_default=True,
@@ -70,6 +102,7 @@ target_options = compose(
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),
 )
+target_options = compose(package_options, arch_options)
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
                                   show_default=True, callback=directory_option, help="Where runs are kept (one directory per run).")
 timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True,
@@ -157,15 +190,35 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
     key = RunStore(run_dir).manifest()["key"]
     opts = {**opts, "model": str(store.dir / doc["model"]["file"]), "inputs": store.dir / doc["inputs"]["file"],
             "outputs": (), "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
-            "python": key["python"]}
+            "python": key["python"], **_package_opts(key)}
     note = (f"on the reduced repro of {run_dir.name}: {doc['nodes']['after']} of {doc['nodes']['before']} nodes, "
             f"{doc['rows']['after']} of {doc['rows']['before']} rows ({doc['pair'][0]} good, {doc['pair'][1]} bad)")
     return opts, note
 
 
+def _package_opts(key: dict) -> dict:
+    """The package options of a run's key (harness.packages), as the command line would give them."""
+    from harness.packages import of_key
+
+    pkg = of_key(key)
+    return {"package": pkg.name, "ep": pkg.ep, "ep_options": pkg.ep_options, "index_urls": pkg.index_urls,
+            "find_links": pkg.find_links}
+
+
 def log_to_stderr(msg) -> None:
     """Progress of a long step (provisioning, tracing) for the user, on stderr."""
     err.print(escape(str(msg)))
+
+
+def package_of(opts: dict, name: str | None = None, ep: str | None = None):
+    """The Package the options name (`name` and `ep` given: a PACKAGE:EP pair of `bisect compare`)."""
+    from harness.packages import Package
+
+    links = tuple(link if "://" in link else str(Path(link).expanduser().resolve()) for link in opts.get("find_links") or ())
+    return Package(name=name or opts.get("package") or DEFAULT_PACKAGE, ep=ep or opts.get("ep") or DEFAULT_EP,
+                   ep_options=tuple(sorted(dict(opts.get("ep_options") or ()).items())),
+                   index_urls=tuple(u.rstrip("/") for u in opts.get("index_urls") or ()), find_links=links,
+                   pre=bool(opts.get("pre")))
 
 
 def search_spec(opts: dict):
@@ -188,4 +241,4 @@ def search_spec(opts: dict):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
     return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
-                      session_options=session_options, **given)
+                      session_options=session_options, package=package_of(opts), **given)

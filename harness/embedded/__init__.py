@@ -19,6 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from . import rmsnorm
 from .generator import DEFAULT_SEED, VARIANTS, VariantSpec, build_model, model_bytes
 from .tokenizer import LENGTHS, LOREM, build_tokenizer, encode_batch, repro_texts
 
@@ -61,6 +62,8 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
     "sha256": {"model.onnx": ..., "model_fp32.onnx": ..., "tokenizer.json": ...}}``
     (paths as :class:`~pathlib.Path`).
     """
+    if variant == rmsnorm.NAME:
+        return _materialize_files(variant, Path(dest_dir), rmsnorm.files())
     if variant not in VARIANTS:
         raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
     dest = Path(dest_dir)
@@ -83,6 +86,14 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
     digests = {name: _write_atomic(dest / name, data) for name, data in files.items()}
     _write_atomic(stamp, json.dumps({"recipe": recipe, "sha256": digests}).encode())
     return _paths(dest, variant, seed, digests)
+
+
+def _materialize_files(variant: str, dest: Path, files: dict[str, bytes]) -> dict:
+    """A model generated with its own batch and no tokenizer (rmsnorm): model, fp32 twin and batch.npz."""
+    dest.mkdir(parents=True, exist_ok=True)
+    digests = {name: _write_atomic(dest / name, data) for name, data in files.items()}
+    return {"variant": variant, "seed": None, "dir": dest, "model": dest / "model.onnx",
+            "model_fp32": dest / "model_fp32.onnx", "tokenizer": None, "batch": dest / "batch.npz", "sha256": digests}
 
 
 def _code_digest() -> str:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.packages import KEYS as PACKAGE_KEYS
+from harness.packages import Package
 from harness.runners.base import Check, Environment, ProcessOutcome, Runner, native_arch
 from harness.runners.docker import DockerRunner
 from harness.runners.provision import Log, quiet
@@ -24,8 +26,9 @@ from harness.versions import Target
 REGISTRY: dict[str, type[Runner]] = {cls.backend: cls for cls in (UvRunner, QemuRunner, DockerRunner)}
 AUTO = "auto"
 BACKENDS = (AUTO, *REGISTRY)
-#: the provenance keys that tell targets apart (the common ones, then each backend's own)
-PROVENANCE_KEYS = (*Runner.provenance_keys, *(k for cls in REGISTRY.values() for k in cls.provenance_extra))
+#: the provenance keys that tell targets apart (the common ones, then each backend's own, then the package's)
+PROVENANCE_KEYS = (*Runner.provenance_keys, *(k for cls in REGISTRY.values() for k in cls.provenance_extra),
+                   *PACKAGE_KEYS)
 
 
 def flag(key: str, value: str) -> str:
@@ -73,9 +76,14 @@ def check_target(backend: str, arch: str, cpu: str | None = None,
     return cls.backend
 
 
-def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None = None) -> Runner:
-    """A runner for `target`, checked but not provisioned: call its `provision` before the first probe."""
-    return REGISTRY[check_target(backend, target.arch, cpu)](target, cache_dir, cpu)
+def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None = None,
+                package: Package | None = None) -> Runner:
+    """A runner for `target` that installs `package` (default: onnxruntime), checked but not provisioned:
+    call its `provision` before the first probe."""
+    runner = REGISTRY[check_target(backend, target.arch, cpu)](target, cache_dir, cpu)
+    if package is not None:
+        runner.package = package
+    return runner
 
 
 def describe(provenance: dict, seen_cpu: str | None, version: str, script: str) -> dict:

@@ -30,6 +30,7 @@ from typing import ClassVar
 
 from harness.errors import EnvironmentSkip
 from harness.locking import file_lock
+from harness.packages import Package
 from harness.runners.provision import Log, quiet
 from harness.versions import Release, Target
 
@@ -107,6 +108,8 @@ class Runner(ABC):
     setup_help: ClassVar[str | None] = None
     #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
     supports_memory_limit = True
+    #: the onnxruntime build a release's environment holds (harness.packages); make_runner sets another
+    package: Package = Package()
 
     def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
         self.target = target
@@ -157,8 +160,10 @@ class Runner(ABC):
         """Set up (or find) what this backend needs on the host; idempotent, progress through `log`."""
 
     def provenance(self) -> dict:
-        """What is recorded with each probe (backend, arch, cpu, emulator/image...); after `provision`."""
-        return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu}
+        """What is recorded with each probe (backend, arch, cpu, emulator/image..., and the package and
+        provider unless they are the default ones); after `provision`. A run's key is made of it."""
+        return {"backend": self.backend, "arch": self.target.arch, "python": self.target.python, "cpu": self.cpu,
+                **self.package.key()}
 
     @abstractmethod
     def prepare(self, release: Release) -> Environment:
@@ -170,6 +175,14 @@ class Runner(ABC):
 
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
+
+    def build_info(self, release: Release, install: bool = False) -> str | None:
+        """`get_build_info()` of the release's build as a probe of it (or an earlier call) noted it; with
+        `install`, read in its environment (installed first); None where this backend cannot tell."""
+        return None
+
+    def note_build_info(self, env: Environment, info: str) -> None:
+        """Keep what a probe's worker saw of the build (`get_build_info()`), for `build_info`."""
 
 
 READY = "ortbisect-ready.json"

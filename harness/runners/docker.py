@@ -113,7 +113,7 @@ class DockerRunner(Runner):
         return {**super().provenance(), "image": self._engine()[1]}
 
     def prepare(self, release: Release) -> Environment:
-        return prepare_site(self.cache_dir, self.target, release)
+        return prepare_site(self.cache_dir, self.target, release, self.package)
 
     def discard(self, env: Environment) -> None:
         discard_site(env)

@@ -125,7 +125,7 @@ class QemuRunner(Runner):
         return {**super().provenance(), "qemu": str(self._tools()[0].version)}
 
     def prepare(self, release: Release) -> Environment:
-        return prepare_site(self.cache_dir, self.target, release)
+        return prepare_site(self.cache_dir, self.target, release, self.package)
 
     def discard(self, env: Environment) -> None:
         discard_site(env)

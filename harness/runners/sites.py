@@ -8,31 +8,33 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.packages import Package
 from harness.runners.base import Environment, forget_build, locked_build
 from harness.runners.uv import NUMPY, require_wheel
 from harness.uvtool import uv
 from harness.versions import Release, Target
 
 
-def site_dir(cache_dir: Path, target: Target, version: str) -> Path:
-    return cache_dir / "sites" / f"{target.arch}-py{target.python}" / f"onnxruntime-{version}"
+def site_dir(cache_dir: Path, target: Target, version: str, package: Package = Package()) -> Path:
+    return cache_dir / "sites" / f"{target.arch}-py{target.python}" / package.env_name(version)
 
 
-def site_install_args(site: str, target: Target, version: str) -> list[str]:
-    """`uv` arguments that install onnxruntime `version` and numpy for `target` into the directory `site`."""
+def site_install_args(site: str, target: Target, version: str, package: Package = Package()) -> list[str]:
+    """`uv` arguments that install the package's `version` and numpy for `target` into the directory `site`."""
     return ["pip", "install", "--target", site, "--python-platform", f"{target.arch}-unknown-linux-gnu",
-            "--python-version", target.python, f"onnxruntime=={version}", NUMPY]
+            "--python-version", target.python, *package.uv_args(), package.requirement(version), NUMPY]
 
 
-def prepare_site(cache_dir: Path, target: Target, release: Release) -> Environment:
-    require_wheel(release, target)
+def prepare_site(cache_dir: Path, target: Target, release: Release,
+                 package: Package = Package()) -> Environment:
+    require_wheel(release, target, package.name)
 
     def build(path: Path) -> dict:
-        uv(*site_install_args(str(path / "site"), target, release.version), "--quiet", "--no-compile-bytecode",
-           what=f"installing onnxruntime {release.version} for {target.arch}")
-        return {"python": target.python, "arch": target.arch}
+        uv(*site_install_args(str(path / "site"), target, release.version, package), "--quiet",
+           "--no-compile-bytecode", what=f"installing {package.name} {release.version} for {target.arch}")
+        return {"python": target.python, "arch": target.arch, "package": package.name}
 
-    return locked_build(site_dir(cache_dir, target, release.version), release.version, build)
+    return locked_build(site_dir(cache_dir, target, release.version, package), release.version, build)
 
 
 def discard_site(env: Environment) -> None:

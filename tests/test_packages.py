@@ -1,0 +1,338 @@
+"""Packages, providers and wheel sources above the runner: keys, names, listings, refusals, the fallback skip.
+
+Nothing here installs a wheel: listings are read from files written by the
+test, probes answer through tests/replay.py, and requests stop at the
+provisioning step (tests/inproc.py).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import builders
+import inproc
+from harness.compare import _against, parse_pair
+from harness.errors import UsageError
+from harness.packages import Package, label_of, of_key, parse_build_info
+from harness.probe import ProbeJob, run_probe
+from harness.results import run_id_for
+from harness.runners.base import ProcessOutcome
+from harness.verdicts import judge, parse_predicate
+from harness.versions import Release, ReleaseIndex, files_of_page, merge_releases, releases_from_simple_json, select_range
+from replay import ReplayRunner, outputs
+
+LINUX = "cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64"
+
+
+def gpu_visible() -> bool:
+    found = shutil.which("nvidia-smi")
+    return bool(found) and subprocess.run([found], capture_output=True).returncode == 0
+
+
+# -- the default package changes nothing -------------------------------------------------------
+
+def test_the_default_package_adds_nothing_to_keys_names_or_requests():
+    pkg = Package()
+    assert pkg.key() == {} and pkg.is_default
+    assert pkg.env_name("1.24.1") == "onnxruntime-1.24.1"  # the environments made before packages existed
+    assert pkg.providers_request() is None  # the worker's own default: the CPU provider, no options
+    assert pkg.requirement("1.24.1") == "onnxruntime==1.24.1" and pkg.uv_args() == []
+    key = {"model": "m", "arch": "x86_64", **pkg.key()}
+    assert run_id_for("m", key) == f"m-x86_64-{run_id_for('m', key).rsplit('-', 1)[1]}"
+
+
+def test_another_package_provider_or_source_is_another_run_and_environment():
+    ov = Package("onnxruntime-openvino", "openvino", (("device_type", "CPU"),))
+    assert ov.key() == {"package": "onnxruntime-openvino", "ep": "openvino", "ep_options": {"device_type": "CPU"}}
+    assert ov.providers_request() == [["OpenVINOExecutionProvider", {"device_type": "CPU"}]]
+    assert run_id_for("m", {"arch": "x86_64", **ov.key()}).startswith("m-onnxruntime-openvino-openvino-x86_64-")
+    links = Package(find_links=("/wheels",))
+    assert links.key() == {"package": "onnxruntime", "ep": "cpu", "find_links": ["/wheels"]}
+    assert links.env_name("1.20.0") != Package().env_name("1.20.0")  # the same number from elsewhere
+    assert Package(find_links=("/other",)).env_name("1.20.0") != links.env_name("1.20.0")
+    assert links.uv_args() == ["--find-links", "/wheels"]
+    assert Package(index_urls=("http://127.0.0.1:1/simple",)).uv_args() == ["--index", "http://127.0.0.1:1/simple"]
+    gpu = Package("onnxruntime-gpu", "cuda")
+    assert gpu.requirement("1.24.1") == "onnxruntime-gpu[cuda,cudnn]==1.24.1"  # the CUDA runtime from the index
+    assert Package("onnxruntime-gpu", "cpu").requirement("1.24.1") == "onnxruntime-gpu==1.24.1"
+    for pkg in (ov, links, gpu):
+        assert of_key(pkg.key()) == pkg
+    assert label_of({}) is None and label_of(ov.key()) == "onnxruntime-openvino:openvino"
+
+
+def test_build_info_names_the_commit():
+    text = "ORT Build Info: git-branch=rel-1.24.1, git-commit-id=b5963e82c8, build type=Release"
+    assert parse_build_info(text) == {"commit": "b5963e82c8", "branch": "rel-1.24.1"}
+    assert parse_build_info("") == {"commit": None, "branch": None}
+
+
+# -- listings: PEP 440 order, --pre, pages, directories ----------------------------------------
+
+def page(*names, yanked=()):
+    return {"files": [{"filename": n, "yanked": n in yanked} for n in names]}
+
+
+def test_development_builds_sort_by_pep_440_and_only_with_pre():
+    doc = page(*(f"onnxruntime-{v}-{LINUX}.whl" for v in ("1.25.0", "1.24.4", "1.25.0.dev20260101001",
+                                                           "1.25.0.dev20251231002", "1.25.0rc1")))
+    assert [r.version for r in releases_from_simple_json(doc)] == ["1.24.4", "1.25.0"]
+    assert [r.version for r in releases_from_simple_json(doc, pre=True)] == [
+        "1.24.4", "1.25.0.dev20251231002", "1.25.0.dev20260101001", "1.25.0rc1", "1.25.0"]
+    rels = releases_from_simple_json(doc, pre=True)
+    assert [r.version for r in select_range(rels, "1.25.0.dev20251231002", "1.25.0rc1")] == [
+        "1.25.0.dev20251231002", "1.25.0.dev20260101001", "1.25.0rc1"]
+    with pytest.raises(UsageError, match="--from 1.25.0.dev1: no such onnxruntime-gpu release"):
+        select_range(rels, "1.25.0.dev1", "1.25.0", package="onnxruntime-gpu")
+
+
+def test_a_pep_503_page_is_read_with_its_yanked_files():
+    html = (f'<a href="../../files/onnxruntime-1.20.0-{LINUX}.whl#sha256=00">x</a>'
+            f'<a href="https://example.invalid/p/onnxruntime-1.21.0-{LINUX}.whl" data-yanked="">y</a>'
+            '<a href="onnxruntime-1.21.0.tar.gz">sdist</a>')
+    doc = files_of_page(html)
+    assert [f["filename"] for f in doc["files"]] == [f"onnxruntime-1.20.0-{LINUX}.whl",
+                                                     f"onnxruntime-1.21.0-{LINUX}.whl", "onnxruntime-1.21.0.tar.gz"]
+    assert [r.version for r in releases_from_simple_json(doc)] == ["1.20.0"]  # 1.21.0 is all yanked
+
+
+def test_a_find_links_directory_holds_only_its_project_and_merges_with_the_index(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    for name in (f"onnxruntime-1.20.0.dev3-{LINUX}.whl", f"onnxruntime_openvino-1.24.1-{LINUX}.whl",
+                 f"numpy-2.0.0-{LINUX}.whl", "notes.txt"):
+        (wheels / name).write_bytes(b"")
+    cache = tmp_path / "cache"
+    (cache / "index").mkdir(parents=True)
+    index = [Release(v, [f"onnxruntime-{v}-{LINUX}.whl"]) for v in ("1.19.2", "1.20.0", "1.25.0.dev1")]
+    for name, rels in (("onnxruntime.pre.json", index), ("onnxruntime.json", [r for r in index if not r.is_pre])):
+        (cache / "index" / name).write_text(json.dumps(
+            {"fetched_at": time.time(), "releases": [{"version": r.version, "wheels": r.wheels} for r in rels]}))
+    listed = ReleaseIndex(cache, "uv", offline=True, package=Package(find_links=(str(wheels),), pre=True)).releases()
+    assert [(r.version, r.source) for r in listed] == [("1.19.2", ""), ("1.20.0.dev3", str(wheels)), ("1.20.0", ""),
+                                                       ("1.25.0.dev1", "")]
+    plain = ReleaseIndex(cache, "uv", offline=True, package=Package(find_links=(str(wheels),))).releases()
+    assert [r.version for r in plain] == ["1.19.2", "1.20.0"]  # without --pre: the releases of both sources
+    ov = ReleaseIndex(cache, "uv", offline=True, package=Package("onnxruntime-openvino", find_links=(str(wheels),)))
+    with pytest.raises(UsageError, match="no cached onnxruntime-openvino release listing"):
+        ov.releases()  # each package has its own listing
+
+
+def test_merged_sources_unite_the_wheels_of_a_version():
+    a = [Release("1.20.0", ["x.whl"])]
+    b = [Release("1.20.0", ["y.whl"], source="/w"), Release("1.19.0", ["z.whl"], source="/w")]
+    merged = merge_releases(a, b)
+    assert [(r.version, r.wheels, r.source) for r in merged] == [("1.19.0", ["z.whl"], "/w"),
+                                                                 ("1.20.0", ["x.whl", "y.whl"], "/w")]
+
+
+# -- refusals before anything is listed or installed ------------------------------------------
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    d = tmp_path_factory.mktemp("packages")
+    path = builders.save(builders.residual_norm_model(), d / "m.onnx")
+    np.savez(d / "m.npz", **builders.residual_norm_inputs())
+    return path, d / "m.npz"
+
+
+@pytest.fixture
+def cli(monkeypatch):
+    def fetch(self):
+        raise AssertionError("a release listing was fetched")
+    monkeypatch.setattr(ReleaseIndex, "_fetch", fetch)
+    with inproc.nothing_provisioned(monkeypatch):
+        yield inproc.run
+
+
+def refused(r) -> str:
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(r.lines) == 1 and r.lines[0].startswith("error: "), r.stderr
+    return r.lines[0].removeprefix("error: ")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--package", "onnxruntime-silicon"], "--package onnxruntime-silicon: not an onnxruntime package this harness "
+                                           "knows (known: onnxruntime, onnxruntime-openvino, onnxruntime-gpu)"),
+    (["--ep", "openvino"], "--ep openvino: onnxruntime runs cpu, not openvino; openvino is in onnxruntime-openvino"),
+    (["--package", "onnxruntime-openvino", "--ep", "cuda"], "--ep cuda: onnxruntime-openvino runs cpu, openvino, "
+                                                            "not cuda; cuda is in onnxruntime-gpu"),
+    (["--ep", "tpu"], "--ep tpu: onnxruntime runs cpu, not tpu (providers: cpu, cuda, openvino)"),
+    (["--find-links", "/nonexistent/wheels"], "--find-links /nonexistent/wheels: no such directory"),
+    (["--index-url", "file:///nonexistent/simple"], "--index-url file:///nonexistent/simple: no such directory"),
+    (["--ep-option", "precision"], "Invalid value for '--ep-option': 'precision': expected KEY=VALUE"),
+], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
+def test_a_package_the_harness_cannot_run_is_refused_before_anything(cli, model, tmp_path, argv, message):
+    cache, results = tmp_path / "cache", tmp_path / "res"
+    r = cli("run", "--model", model[0], "--inputs", model[1], "--from", "1.19.0", "--to", "1.20.0", *argv,
+            "--cache-dir", cache, "--results-dir", results)
+    assert message in refused(r)
+    assert not results.exists() and not (cache / "index").exists() and not (cache / "envs").exists()
+
+
+@pytest.mark.skipif(gpu_visible(), reason="this host shows an NVIDIA GPU: the refusal is for hosts without one")
+@pytest.mark.parametrize("command", ["run", "compare", "versions"])
+def test_cuda_without_a_gpu_exits_2_before_any_download(cli, model, tmp_path, command):
+    cache, results = tmp_path / "cache", tmp_path / "res"
+    argv = {"run": ["run", "--model", model[0], "--inputs", model[1], "--from", "1.24.1", "--to", "1.24.1",
+                    "--package", "onnxruntime-gpu", "--ep", "cuda", "--results-dir", results],
+            "compare": ["compare", "--model", model[0], "--inputs", model[1], "--version", "1.24.1", "onnxruntime:cpu",
+                        "onnxruntime-gpu:cuda", "--results-dir", results],
+            "versions": ["versions", "--package", "onnxruntime-gpu", "--ep", "cuda"]}[command]
+    line = refused(cli(*argv, "--cache-dir", cache))
+    assert line.startswith("--ep cuda: no NVIDIA GPU is visible (nvidia-smi "), line
+    assert line.endswith("; nothing was installed"), line
+    assert not results.exists() and not cache.exists()  # no listing, no environment, no run
+
+
+def test_compare_pairs_are_package_colon_provider():
+    base = Package(ep_options=(("device_type", "CPU"),), find_links=("/w",))
+    assert parse_pair("onnxruntime-openvino:openvino", base) == Package(
+        "onnxruntime-openvino", "openvino", (("device_type", "CPU"),), find_links=("/w",))
+    assert parse_pair("onnxruntime:cpu", base).ep_options == ()  # provider options are for the other providers
+    with pytest.raises(UsageError, match="expected PACKAGE:EP"):
+        parse_pair("onnxruntime-openvino", base)
+
+
+def test_compare_refuses_one_pair_or_a_pair_twice(cli, model, tmp_path):
+    common = ["--model", model[0], "--inputs", model[1], "--version", "1.24.1", "--cache-dir", tmp_path / "c",
+              "--results-dir", tmp_path / "r"]
+    assert "give two PACKAGE:EP pairs or more" in refused(cli("compare", *common, "onnxruntime:cpu"))
+    assert "onnxruntime:cpu: given twice" in refused(cli("compare", *common, "onnxruntime:cpu", "onnxruntime:cpu"))
+    assert not (tmp_path / "r").exists()
+
+
+# -- the probe: a provider that did not run is a skip ------------------------------------------
+
+def ran_on(*providers: str, stderr: str = "") -> ProcessOutcome:
+    return ProcessOutcome(0, None, False, 0.01, stderr, {"stage": "done", "outputs": [outputs(4, 2)],
+                                                         "providers_used": list(providers)})
+
+
+@pytest.mark.parametrize("used, status", [
+    (("OpenVINOExecutionProvider", "CPUExecutionProvider"), "ran"),
+    (("CPUExecutionProvider",), "skip"),
+])
+def test_a_session_that_fell_back_to_another_provider_is_a_skip(tmp_path, used, status):
+    log = ("\x1b[1;31m2026-12-01 [E:onnxruntime:Default, provider_bridge_ort.cc:2310 Create] openvino_parser_utils.cc"
+           ":101 [ERROR] [OpenVINO] Unsupported inference precision is selected. CPU only supports FP32, ACCURACY.\n")
+    runner = ReplayRunner({"1.24.1": ran_on(*used, stderr=log)})
+    runner.package = Package("onnxruntime-openvino", "openvino", (("precision", "FP16"),))
+    job = ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz")  # the provider is the runner's package's
+    rec = run_probe(runner, Release("1.24.1", [f"x-{LINUX}.whl"]), job, tmp_path / "w", tmp_path / "out.npz")
+    assert rec["status"] == status
+    assert rec["package"] == "onnxruntime-openvino"
+    assert rec["providers"] == {"requested": "OpenVINOExecutionProvider", "used": list(used)}
+    assert rec["provenance"]["ep_options"] == {"precision": "FP16"}
+    judged = judge(rec, parse_predicate("nan-or-inf"))
+    if status == "skip":
+        assert rec["reason"] == ("OpenVINOExecutionProvider was asked for but the session ran on CPUExecutionProvider;"
+                                 " onnxruntime said: [ERROR] [OpenVINO] Unsupported inference precision is selected."
+                                 " CPU only supports FP32, ACCURACY.")
+        assert judged["verdict"] == "skip" and judged["nan_rows"] == 0  # its 2 NaN rows are not the provider's
+    else:
+        assert judged["verdict"] == "bad" and judged["nan_rows"] == 2
+
+
+def test_a_default_probe_sends_the_worker_what_it_always_did(tmp_path):
+    seen = []
+
+    class Recording(ReplayRunner):
+        def run(self, env, request, workdir, timeout):
+            seen.append(request)
+            return super().run(env, request, workdir, timeout)
+
+    runner = Recording({"1.19.0": ran_on("CPUExecutionProvider")})
+    rec = run_probe(runner, Release("1.19.0", [f"x-{LINUX}.whl"]), ProbeJob(tmp_path / "m", tmp_path / "b"),
+                    tmp_path / "w", None)
+    assert rec["status"] == "ran" and "providers" not in seen[0]
+    assert "package" not in rec["provenance"]  # the default package: provenance as before
+    runner = Recording({"1.24.1": ran_on("OpenVINOExecutionProvider", "CPUExecutionProvider")})
+    runner.package = Package("onnxruntime-openvino", "openvino", (("device_type", "CPU"),))
+    run_probe(runner, Release("1.24.1", [f"x-{LINUX}.whl"]), ProbeJob(tmp_path / "m", tmp_path / "b"),
+              tmp_path / "w", None)
+    assert seen[1]["providers"] == [["OpenVINOExecutionProvider", {"device_type": "CPU"}]]
+
+
+# -- compare's arithmetic ----------------------------------------------------------------------
+
+def test_a_pair_diverges_on_bad_rows_or_on_a_finite_row_far_from_the_first():
+    first_out = {"y": np.array([[1, 2], [np.nan, 1], [3, 4]], np.float32)}
+    first = {"status": "ran", "nan_rows": 1, "inf_rows": 0, "zero_rows": 0}
+    same = {"status": "ran", "nan_rows": 1, "inf_rows": 0, "zero_rows": 0}
+    assert _against(same, first_out, first, first_out, 0.999)["diverges"] is False
+    finite = {"y": np.array([[1, 2], [5, 1], [3, 4]], np.float32)}
+    got = _against({**same, "nan_rows": 0}, finite, first, first_out, 0.999)
+    assert got["diverges"] and got["why"] == "NaN rows 0 vs 1" and got["cosine_min_finite"] == pytest.approx(1.0)
+    turned = {"y": np.array([[2, -1], [np.nan, 1], [3, 4]], np.float32)}
+    got = _against(same, turned, first, first_out, 0.999)
+    assert got["diverges"] and got["why"].startswith("worst cosine 0 < 0.999")
+    skipped = _against({"status": "skip", "reason": "fell back"}, None, first, first_out, 0.999)
+    assert skipped == {"diverges": None, "why": "not compared: fell back"}
+
+
+def test_the_commit_of_each_build_is_in_the_run_document(tmp_path):
+    from harness.driver import Driver
+    from harness.results import RunStore
+    from harness.summary import summary
+
+    def info(v):
+        return ProcessOutcome(0, None, False, 0.01, "", {"stage": "done", "outputs": [outputs(4, 0)],
+                                                         "onnxruntime": {"build_info": f"git-commit-id={v}0"}})
+    releases = [Release(v, [f"x-{LINUX}.whl"]) for v in ("1.2", "1.3")]
+    runner = ReplayRunner({"1.2": info("12"), "1.3": info("13")})
+    store = RunStore.open(tmp_path, "r", {"k": 1}, {}, ["t"])
+    outcome = Driver(runner, releases, store, ProbeJob(Path("m"), Path("b")), parse_predicate("nan")).run(sweep=True)
+    doc = summary(outcome, "regression", "r", sweep=True)
+    assert [(p["version"], p["commit"]) for p in doc["probes"]] == [("1.2", "120"), ("1.3", "130")]
+
+
+def test_the_compare_table_says_which_pair_diverges():
+    from rich.console import Console
+
+    from harness.render import compare_table
+
+    pair = {"status": "ran", "nan_rows": 7, "inf_rows": 0, "zero_rows": 0, "max_abs": 0.37, "commit": "470ae16099",
+            "providers": {"requested": "CPUExecutionProvider", "used": ["CPUExecutionProvider"]}}
+    doc = {"model": "m", "version": "1.24.1", "reference_pair": "onnxruntime:cpu", "provenance": {"arch": "x86_64"},
+           "pairs": [{**pair, "label": "onnxruntime:cpu"},
+                     {**pair, "label": "onnxruntime-openvino:openvino", "nan_rows": 0, "commit": "b5963e82c8",
+                      "providers": {"used": ["OpenVINOExecutionProvider", "CPUExecutionProvider"]},
+                      "diverges": True, "why": "NaN rows 0 vs 7", "cosine_min_finite": 1.0},
+                     {**pair, "label": "onnxruntime-openvino:cpu", "status": "skip", "diverges": None,
+                      "why": "not compared: fell back"}]}
+    console = Console(width=200, record=True)
+    console.print(compare_table(doc))
+    text = console.export_text()
+    assert "diverges: NaN rows 0 vs 7" in text and "OpenVINO, CPU" in text and "b5963e82c8" in text
+    assert "not compared: fell back" in text
+
+
+def test_titles_and_the_dashboard_name_a_package_that_is_not_the_default():
+    from harness.runners import PROVENANCE_KEYS
+    from harness.summary import target_label
+
+    assert target_label({"arch": "x86_64", "backend": "uv", "cpu": None}) == "x86_64 · uv"
+    ov = {"arch": "x86_64", "backend": "uv", **Package("onnxruntime-openvino", "openvino",
+                                                       (("precision", "FP16"),)).key()}
+    assert target_label(ov) == "x86_64 · uv · onnxruntime-openvino:openvino precision=FP16"
+    assert {"package", "ep", "ep_options", "index_urls", "find_links"} <= set(PROVENANCE_KEYS)  # dashboard rows
+
+
+def test_the_cached_listing_keeps_the_format_earlier_versions_read(tmp_path, monkeypatch):
+    """<package>.json holds final releases with version, wheels and yanked only (a harness without packages
+    reads the same file); a --pre listing is cached beside it."""
+    doc = page(f"onnxruntime-1.24.1-{LINUX}.whl", f"onnxruntime-1.25.0.dev1-{LINUX}.whl")
+    monkeypatch.setattr(ReleaseIndex, "_fetch", lambda self: doc)
+    ReleaseIndex(tmp_path, "uv").releases()
+    ReleaseIndex(tmp_path, "uv", package=Package(pre=True)).releases()
+    finals = json.loads((tmp_path / "index" / "onnxruntime.json").read_text())["releases"]
+    assert finals == [{"version": "1.24.1", "wheels": [f"onnxruntime-1.24.1-{LINUX}.whl"], "yanked": False}]
+    pre = json.loads((tmp_path / "index" / "onnxruntime.pre.json").read_text())["releases"]
+    assert [r["version"] for r in pre] == ["1.24.1", "1.25.0.dev1"]

@@ -1,0 +1,256 @@
+"""Other packages, providers and wheel sources on real wheels: onnxruntime-openvino, development builds
+in a --find-links directory and in a simple index served from disk.
+
+The tests of a part share one results directory, so a probe one test made
+is reused by the next (the compare at 1.24.1 reuses the OpenVINO run's and
+the sweep's probes of 1.24.1); the wheels, the development builds made from
+them and the environments are kept in the shared test cache.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import wheelhouse
+from harness.versions import Target
+
+pytestmark = pytest.mark.release
+
+NATIVE = platform.machine()
+X86 = pytest.mark.skipif(NATIVE != "x86_64", reason="onnxruntime-openvino and these builds are x86_64 wheels")
+PYTHON = f"{sys.version_info.major}.{sys.version_info.minor}"
+OPENVINO = ["--package", "onnxruntime-openvino"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("packages") / "results"
+
+
+def records(results: Path, run_id: str) -> list[dict]:
+    return [json.loads(x) for x in (results / run_id / "probes.jsonl").read_text().splitlines()]
+
+
+# -- onnxruntime-openvino ------------------------------------------------------------------
+
+
+@X86
+def test_versions_lists_the_openvino_releases(bisect):
+    r = bisect("versions", *OPENVINO, "--from", "1.19.0", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = r.json()
+    versions = [row["version"] for row in rows]
+    assert {"1.19.0", "1.20.0", "1.21.0", "1.22.0", "1.23.0", "1.24.1"} <= set(versions), versions
+    assert versions == sorted(versions, key=lambda v: tuple(int(x) for x in v.split(".")))
+    assert all(row["wheel"].startswith("onnxruntime_openvino-") for row in rows if row["wheel"])
+    assert all(".dev" not in v and "rc" not in v for v in versions)  # no --pre: releases only
+    r = bisect("versions", *OPENVINO, "--from", "1.24.1", "--to", "1.24.1", "--commits", "--json")
+    assert r.returncode == 0, r.stderr
+    assert [(row["version"], row["commit"], row["branch"]) for row in r.json()] == [
+        ("1.24.1", "b5963e82c8", "rel-1.24.1")]  # get_build_info() of the onnxruntime-openvino build
+
+
+@X86
+def test_a_run_on_the_openvino_provider_records_package_and_providers(bisect, results):
+    r = bisect("run", "--model", "gemma-tiny-fused", *OPENVINO, "--ep", "openvino", "--from", "1.23.0", "--to",
+               "1.24.1", "--json", results=results)
+    assert r.returncode in (0, 3), r.stderr
+    doc = r.json()
+    assert doc["run_id"].startswith("gemma-tiny-fused-onnxruntime-openvino-openvino-"), doc["run_id"]
+    assert doc["provenance"]["package"] == "onnxruntime-openvino" and doc["provenance"]["ep"] == "openvino"
+    recs = records(results, doc["run_id"])
+    assert {rec["version"] for rec in recs} == {"1.23.0", "1.24.1"}
+    for rec in recs:
+        assert rec["status"] == "ran", rec.get("reason")
+        assert rec["package"] == "onnxruntime-openvino"
+        assert rec["providers"]["requested"] == "OpenVINOExecutionProvider"
+        assert rec["providers"]["used"][0] == "OpenVINOExecutionProvider", rec["providers"]
+        assert "OpenVINOExecutionProvider" in rec["result"]["onnxruntime"]["providers"]
+    # On the OpenVINO provider gemma-tiny-fused stays finite where the CPU provider has 7 NaN rows of 20.
+    assert [(p["version"], p["verdict"], p["nan_rows"]) for p in doc["probes"]] == [("1.23.0", "good", 0),
+                                                                                  ("1.24.1", "good", 0)]
+    assert all(p["commit"] for p in doc["probes"])
+
+
+@X86
+def test_a_sweep_of_the_openvino_package_on_its_cpu_provider(bisect, results):
+    r = bisect("sweep", "--model", "gemma-tiny-fused", *OPENVINO, "--from", "1.23.0", "--to", "1.24.1", "--json",
+               results=results)
+    assert r.returncode == 3, r.stderr  # no transition: both NaN, as the onnxruntime wheel since 1.20.0
+    doc = r.json()
+    assert doc["run_id"].startswith("gemma-tiny-fused-onnxruntime-openvino-cpu-"), doc["run_id"]
+    assert [(p["version"], p["verdict"], p["nan_rows"]) for p in doc["probes"]] == [("1.23.0", "bad", 7),
+                                                                                  ("1.24.1", "bad", 7)]
+    for rec in records(results, doc["run_id"]):
+        assert rec["providers"] == {"requested": "CPUExecutionProvider", "used": ["CPUExecutionProvider"]}
+
+
+@X86
+def test_a_provider_that_falls_back_to_the_cpu_is_a_skip_with_the_reason(bisect, results, residual_norm):
+    """OpenVINO asked for precision FP16 on CPU logs an error and runs the session on the CPU provider."""
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), *OPENVINO, "--ep", "openvino",
+               "--ep-option", "device_type=CPU", "--ep-option", "precision=FP16", "--from", "1.24.1", "--to", "1.24.1",
+               "--json", results=results)
+    assert r.returncode == 3, r.stderr
+    doc = r.json()
+    (probe,) = doc["probes"]
+    assert probe["verdict"] == "skip", probe
+    assert probe["why"].startswith("OpenVINOExecutionProvider was asked for but the session ran on "
+                                   "CPUExecutionProvider"), probe["why"]
+    assert "precision" in probe["why"], probe["why"]  # onnxruntime's own error line
+    assert probe["nan_rows"] is None or probe["nan_rows"] == 0  # never judged as if it had run
+    (rec,) = records(results, doc["run_id"])
+    assert rec["providers"] == {"requested": "OpenVINOExecutionProvider", "used": ["CPUExecutionProvider"]}
+    assert rec["provenance"]["ep_options"] == {"device_type": "CPU", "precision": "FP16"}
+    assert not (results / doc["run_id"] / "outputs" / "1.24.1.npz").exists()  # the fallback's outputs are not kept
+
+
+@X86
+def test_compare_finds_where_the_builds_of_one_release_part(bisect, results, cache_dir):
+    """The issue's example at 1.24.1: the onnxruntime wheel's CPU provider gives 7 NaN rows of 20 on
+    gemma-tiny-fused, the OpenVINO provider 0. (Measured here: the onnxruntime-openvino wheel's own CPU
+    provider gives the same 7 as the onnxruntime wheel, bit for bit on the finite rows.)"""
+    r = bisect("compare", "--model", "gemma-tiny-fused", "--version", "1.24.1", "onnxruntime:cpu",
+               "onnxruntime-openvino:cpu", "onnxruntime-openvino:openvino", "--cache-dir", str(cache_dir),
+               "--results-dir", str(results), "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    pairs = {p["label"]: p for p in doc["pairs"]}
+    assert [p["label"] for p in doc["pairs"]] == ["onnxruntime:cpu", "onnxruntime-openvino:cpu",
+                                                  "onnxruntime-openvino:openvino"]
+    assert pairs["onnxruntime:cpu"]["nan_rows"] == 7 and pairs["onnxruntime:cpu"]["rows"] == 20
+    assert pairs["onnxruntime-openvino:openvino"]["nan_rows"] == 0
+    assert pairs["onnxruntime-openvino:openvino"]["providers"]["used"][0] == "OpenVINOExecutionProvider"
+    assert doc["diverging"] == ["onnxruntime-openvino:openvino"]
+    assert "NaN rows 0 vs 7" in pairs["onnxruntime-openvino:openvino"]["why"]
+    assert pairs["onnxruntime-openvino:cpu"]["diverges"] is False
+    assert pairs["onnxruntime:cpu"]["commit"] != pairs["onnxruntime-openvino:cpu"]["commit"]  # two builds of 1.24.1
+    assert doc["message"].startswith("At 1.24.1, diverging from onnxruntime:cpu: onnxruntime-openvino:openvino")
+
+
+# -- development builds from a --find-links directory and a simple index -----------------------
+
+
+@pytest.fixture(scope="module")
+def dev_builds(cache_dir) -> dict:
+    """1.19.2 as 1.20.0.dev1 and dev2, 1.20.0 as dev3 and dev4, with the two releases themselves, in a
+    --find-links directory of the test cache (a stable path: its environments are reused by the next run)."""
+    target = Target("x86_64", PYTHON)
+    good = wheelhouse.release_wheel(cache_dir, "onnxruntime", "1.19.2", target)
+    bad = wheelhouse.release_wheel(cache_dir, "onnxruntime", "1.20.0", target)
+    made = {f"1.20.0.dev{i}": wheelhouse.reversioned(good if i <= 2 else bad, f"1.20.0.dev{i}", cache_dir)
+            for i in (1, 2, 3, 4)}
+    wheels = [good, bad, *made.values()]
+    return {"wheels": wheels, "links": wheelhouse.find_links_dir(cache_dir / "test-wheels" / "find-links", wheels),
+            "index": wheelhouse.simple_index(cache_dir / "test-wheels" / "simple", "onnxruntime", wheels)}
+
+
+@X86
+def test_development_builds_sort_between_releases(bisect, dev_builds):
+    links = str(dev_builds["links"])
+    r = bisect("versions", "--find-links", links, "--pre", "--from", "1.19.2", "--to", "1.20.0", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = r.json()
+    assert [row["version"] for row in rows] == ["1.19.2", "1.20.0.dev1", "1.20.0.dev2", "1.20.0.dev3", "1.20.0.dev4",
+                                                "1.20.0"]
+    assert {row["source"] for row in rows if ".dev" in row["version"]} == {links}
+
+
+@X86
+def test_a_bisection_over_development_builds_names_the_first_bad_one(bisect, dev_builds, residual_norm, results):
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--find-links", str(dev_builds["links"]), "--pre",
+               "--from", "1.20.0.dev1", "--to", "1.20.0.dev4", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.0.dev2", "1.20.0.dev3"), doc["message"]
+    by_version = {p["version"]: p for p in doc["probes"]}
+    # the builds are the 1.19.2 and 1.20.0 binaries: their commits tell them apart
+    assert by_version["1.20.0.dev3"]["commit"] != by_version["1.20.0.dev2"]["commit"]
+    recs = records(results, doc["run_id"])
+    assert {rec["result"]["onnxruntime"]["version"] for rec in recs} == {"1.19.2", "1.20.0"}
+    assert all(rec["provenance"]["find_links"] == [str(dev_builds["links"])] for rec in recs)
+
+
+@pytest.fixture(scope="module")
+def served_index(dev_builds):
+    """The simple index of the test cache served over http on 127.0.0.1 (python -m http.server), ended by PID."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
+                             str(dev_builds["index"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@X86
+def test_a_simple_index_on_disk_lists_and_installs_development_builds(bisect, served_index, dev_builds,
+                                                                     residual_norm, tmp_path):
+    """Listed over http (python -m http.server on 127.0.0.1, a PEP 503 page); installed by uv from the same
+    index as file:// (a stable address: its environments are reused by the next run)."""
+    r = bisect("versions", "--index-url", served_index, "--pre", "--from", "1.20.0.dev1", "--to", "1.20.0.dev4",
+               "--json")
+    assert r.returncode == 0, r.stderr
+    assert [row["version"] for row in r.json()] == [f"1.20.0.dev{i}" for i in (1, 2, 3, 4)]
+    assert {row["source"] for row in r.json()} == {served_index}
+    model, batch = residual_norm
+    index = dev_builds["index"].as_uri()
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--index-url", index, "--pre",
+               "--from", "1.20.0.dev2", "--to", "1.20.0.dev3", "--json", results=tmp_path / "results")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.0.dev2", "1.20.0.dev3"), doc["message"]
+    assert doc["provenance"]["index_urls"] == [index]
+
+
+# -- the fp16 RMS norm of the second seed: CPU here, CUDA where a GPU is visible --------------------
+
+
+def gpu_visible() -> bool:
+    found = shutil.which("nvidia-smi")
+    return bool(found) and subprocess.run([found], capture_output=True).returncode == 0
+
+
+def test_the_rmsnorm_model_is_finite_on_the_cpu_provider(bisect, results):
+    """On the CPU provider the square runs in an fp32 island: no row goes to zero (measured 1.19.0 .. 1.32.0)."""
+    r = bisect("run", "--model", "rmsnorm-fp16-overflow", "--bad-if", "zero-rows,nan-or-inf", "--from", "1.24.1",
+               "--to", "1.24.1", "--json", results=results)
+    assert r.returncode == 3, r.stderr
+    (probe,) = r.json()["probes"]
+    assert probe["verdict"] == "good", probe["why"]
+    assert "0 all-zero rows of 4" in probe["why"], probe["why"]
+
+
+@pytest.mark.skipif(not gpu_visible(), reason="no NVIDIA GPU visible here (nvidia-smi absent or failing): "
+                                              "the CUDA provider cannot run")
+def test_the_rmsnorm_model_zeroes_rows_on_the_cuda_provider(bisect, results):
+    """The seed: on CUDA the fp16 square overflows and rows whose values reach 888 and 300 come out all zero."""
+    r = bisect("run", "--model", "rmsnorm-fp16-overflow", "--package", "onnxruntime-gpu", "--ep", "cuda",
+               "--bad-if", "zero-rows", "--from", "1.24.1", "--to", "1.24.1", "--json", results=results)
+    assert r.returncode == 3, r.stderr
+    doc = r.json()
+    (probe,) = doc["probes"]
+    (rec,) = records(results, doc["run_id"])
+    assert rec["providers"]["used"][0] == "CUDAExecutionProvider", rec.get("reason")
+    assert probe["verdict"] == "bad" and "2 all-zero rows of 4" in probe["why"], probe["why"]
