@@ -579,7 +579,9 @@ class Bench:
             t0 = time.perf_counter()
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             proc = subprocess.run([*BISECT, "dashboard", str(root), "-o", str(site)], cwd=REPO, capture_output=True,
-                                  text=True, check=True, env={**os.environ, "COLUMNS": "300"})
+                                  text=True, env={**os.environ, "COLUMNS": "300"})
+            if proc.returncode != 0:
+                raise RuntimeError(f"bisect dashboard exited {proc.returncode}: {proc.stderr[-2000:]}")
             walls.append(time.perf_counter() - t0)
             after = resource.getrusage(resource.RUSAGE_CHILDREN)  # CPU of the command: what a busy machine inflates
             cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
