@@ -32,7 +32,7 @@ from harness.results import REPORT, RunStore
 from harness.runners import PROVENANCE_KEYS
 
 DEFAULT_PREDICATE = "nan-or-inf"
-TARGET_EXTRA = ("package", "providers")  # provenance keys a record may carry beyond the runner's
+TARGET_EXTRA = ("package", "ep", "providers")  # what a record's provenance may name beyond the run key
 RUN_GAP = timedelta(hours=6)  # probes further apart than this belong to different runs (nights)
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
@@ -84,12 +84,17 @@ def target_of(key: dict, records: list[dict]) -> dict:
 
 
 def target_label(prov: dict, options: dict) -> str:
-    """"aarch64 · qemu · cpu neoverse-n1 · onnxruntime-openvino · OpenVINOExecutionProvider · py3.11 · options"."""
+    """"x86_64 · uv · onnxruntime-openvino · ep openvino · py3.11 · options": the package and provider
+    when they are not the default ones."""
     from harness.summary import target_label as where
 
+    from harness.vocabulary import DEFAULT_EP, DEFAULT_PACKAGE
+
     parts = [where(prov)]
-    if prov.get("package"):
+    if prov.get("package") and prov["package"] != DEFAULT_PACKAGE:
         parts.append(str(prov["package"]))
+    if prov.get("ep") and prov["ep"] != DEFAULT_EP:
+        parts.append(f"ep {prov['ep']}")
     providers = prov.get("providers")
     if providers:
         parts.append(", ".join(map(str, providers)) if isinstance(providers, (list, tuple)) else str(providers))

@@ -336,7 +336,7 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
             lines: list[str] = []  # written at once, as RunStore.append writes each (no fsync per record)
             prov = {"arch": arch, "backend": backend, "cpu": cpu, "python": "3.11"}
             if package:
-                prov.update(package=package, providers=providers)
+                prov.update(package=package, ep="openvino", providers=providers)
             shift = (mi % 3) if bound is not None else 0
 
             def record(i: int, version: str, finished: str, bad: bool | None = None) -> dict:
