@@ -84,17 +84,10 @@ def target_of(key: dict, records: list[dict]) -> dict:
 
 
 def target_label(prov: dict, options: dict) -> str:
-    """"x86_64 · uv · onnxruntime-openvino · ep openvino · py3.11 · options": the package and provider
-    when they are not the default ones."""
+    """"x86_64 · uv · onnxruntime-openvino:openvino · OpenVINOExecutionProvider · py3.11 · options"."""
     from harness.summary import target_label as where
 
-    from harness.vocabulary import DEFAULT_EP, DEFAULT_PACKAGE
-
-    parts = [where(prov)]
-    if prov.get("package") and prov["package"] != DEFAULT_PACKAGE:
-        parts.append(str(prov["package"]))
-    if prov.get("ep") and prov["ep"] != DEFAULT_EP:
-        parts.append(f"ep {prov['ep']}")
+    parts = [where(prov)]  # arch, backend, CPU model, and package:ep when not the default ones
     providers = prov.get("providers")
     if providers:
         parts.append(", ".join(map(str, providers)) if isinstance(providers, (list, tuple)) else str(providers))
