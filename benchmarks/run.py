@@ -10,7 +10,7 @@ noisy neighbour hits both. Every `bisect` is the real command line
 environments live in a dedicated cache (default ~/.cache/ortbisect-bench,
 or $ORTBISECT_BENCH_CACHE) except where a fresh cache is the point.
 
-Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends.
+Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends, dashboard.
 See benchmarks/README.md for what each one measures and the bound it checks.
 """
 
@@ -21,6 +21,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -47,7 +48,9 @@ RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
 WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
-NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends")
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard")
+NO_ENVS = {"dashboard"}  # measurements that need no probe environment (no warm-up)
+DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
 
 
@@ -533,6 +536,73 @@ class Bench:
                                   f"plain worker {spread(plain_walls)}",
                              data={"trace_walls": trace_walls, "plain_walls": plain_walls}))
 
+    # -- 9. the nightly at scale: a 20-model x 3-target matrix, a dashboard of 25,000 records ---------------
+    def bench_dashboard(self):
+        sys.path.insert(0, str(REPO / "tests"))
+        import builders
+
+        d = self.fresh("dashboard")
+        text = 'description = "the nightly at scale"\nmode = "sweep"\nreleases = { since = "1.19.0" }\n'
+        for i in range(DASH_MODELS):  # 20 distinct small models (files, so no registry entry is needed)
+            builders.save(builders.residual_overflow_model(width=8 + i), d / f"model{i:02d}.onnx")
+            text += f'[[models]]\npath = "model{i:02d}.onnx"\n'
+        text += '[[targets]]\narch = "x86_64"\n[[targets]]\narch = "aarch64"\nbackend = "qemu"\n' \
+                'cpus = ["neoverse-n1", "cortex-a72"]\n'
+        matrix = d / "nightly-20.toml"
+        matrix.write_text(text)
+        cell_walls, ncells = [], None
+        for _ in range(self.reps):
+            t0 = time.perf_counter()
+            proc = subprocess.run([*BISECT, "matrix", "cells", str(matrix), "--json"], cwd=REPO, capture_output=True,
+                                  text=True, check=True)
+            cell_walls.append(time.perf_counter() - t0)
+            ncells = len(json.loads(proc.stdout)["include"])
+        say(f"dashboard: `bisect matrix cells` of {DASH_MODELS} models x 3 targets: {ncells} cells, "
+            f"{spread(cell_walls)}")
+        self.rows.append(Row("9 scale", f"`bisect matrix cells`, {DASH_MODELS} models x 3 targets",
+                             f"{ncells} cells in {med(cell_walls):.2f} s", f"= {DASH_MODELS * 3} cells",
+                             "PASS" if ncells == DASH_MODELS * 3 else "MISS", note=f"wall {spread(cell_walls)}",
+                             data={"walls": cell_walls, "cells": ncells}))
+        # the history: a run per model x target (60), 25 releases, re-probed every night until 25,000 records
+        versions = [f"1.{m}.{p}" for m in range(19, 44) for p in (0,)][:25]
+        runs = DASH_MODELS * len(builders.HISTORY_TARGETS)
+        nights = math.ceil((DASH_RECORDS / runs - 1) / (len(versions) - 1))
+        root = d / "results"
+        names = [f"model{i:02d}" for i in range(DASH_MODELS)]
+        n = builders.write_history(root, names, versions, nights=nights, refresh=True)
+        say(f"dashboard: {n} probe records in {runs} runs ({nights} nights x {len(versions)} releases)")
+        import resource
+
+        builds, walls, cpus, sizes = [], [], [], []
+        for rep in range(self.reps):
+            site = d / f"site{rep}"
+            t0 = time.perf_counter()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            proc = subprocess.run([*BISECT, "dashboard", str(root), "-o", str(site)], cwd=REPO, capture_output=True,
+                                  text=True, env={**os.environ, "COLUMNS": "300"})
+            if proc.returncode != 0:
+                raise RuntimeError(f"bisect dashboard exited {proc.returncode}: {proc.stderr[-2000:]}")
+            walls.append(time.perf_counter() - t0)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)  # CPU of the command: what a busy machine inflates
+            cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+            m = re.search(r"\(([0-9.]+) s\)", proc.stdout)
+            builds.append(float(m.group(1)) if m else None)
+            sizes.append((site / "index.html").stat().st_size)
+            say(f"dashboard rep {rep + 1}/{self.reps}: build {builds[-1]} s (command {walls[-1]:.2f} s, "
+                f"CPU {cpus[-1]:.2f} s), page {sizes[-1] / 1e6:.2f} MB")
+        site_mb = sum(f.stat().st_size for f in (d / "site0").rglob("*") if f.is_file()) / 1e6
+        self.rows.append(Row("9 scale", f"`bisect dashboard` of {n:,} probe records ({runs} runs)",
+                             f"{med(builds):.2f} s", "< 10 s", "PASS" if med(builds) < 10 else "MISS",
+                             note=f"the command's own build time {spread(builds)}; `uv run bisect dashboard` timed "
+                                  f"from outside (with uv and Python start-up) {spread(walls)}, its CPU time (user + "
+                                  f"system) {spread(cpus)}; load average at the end "
+                                  f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs",
+                             data={"builds": builds, "walls": walls, "cpus": cpus, "records": n}))
+        self.rows.append(Row("9 scale", "dashboard page (index.html), self-contained", f"{med(sizes) / 1e6:.2f} MB",
+                             "< 5 MB", "PASS" if med(sizes) < 5e6 else "MISS",
+                             note=f"the whole site with the raw data copied next to the page: {site_mb:.1f} MB",
+                             data={"sizes": sizes, "site_mb": site_mb}))
+
     # -- report ------------------------------------------------------------------------------------
     def report(self, command: str, wall: float, failures: dict) -> str:
         head = ["#", "target", "measured", "bound", "status"]
@@ -586,9 +656,11 @@ def main(argv=None) -> int:
     say(f"benchmarks {', '.join(only)}; bench cache {bench.cache}; scratch {bench.tmp}")
     failures = {}
     try:
-        bench.warm_up()
+        if set(only) - NO_ENVS:
+            bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
-        for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand"):
+        for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",
+                     "dashboard"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

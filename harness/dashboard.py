@@ -1,24 +1,36 @@
 """The nightly dashboard: one self-contained static HTML page from a results root.
 
-    site/index.html                 the page: inline CSS and inline SVG charts, no script, no network
-    site/data/<run-id>/...          copies of each run's manifest.json, probes.jsonl, cells/, traces/
-                                    (the page links to them relatively, so the site can be moved or published)
+    site/index.html        the page: inline CSS, inline SVG, one inline script (the filters; allowed
+                           by its hash in the page's Content-Security-Policy), no network
+    site/dashboard.json    every row's verdicts, boundary, margins (the grid as data)
+    site/changes.json      what the newest run changed (overview.changes)
+    site/data/<run-id>/... copies of each run's manifest.json, probes.jsonl, cells/, traces/, report.md,
+                           repro.py (the page links to them relatively, so the site can be moved or published)
 
-Per model: a grid of release x target (arch · backend · CPU · session options),
-each cell coloured by the verdict of the release's NEWEST probe record, with its
-NaN rows; the first bad release of each row is marked, a verdict that differs
-from the previous release of the same row is flagged, and the explanation of a
-boundary is shown when the cell's summary has one (`explanation`, written by
---explain). Charts (matplotlib, rendered to inline SVG): the fp16 headroom per
-release where traces exist (results/<run-id>/traces/<version>.json, the JSON of
-harness.trace.save_json), and a history strip of when each verdict first
-appeared (probe timestamps `finished`).
+What is on the page (the data comes from harness.overview):
 
-Every string that comes from results is escaped with html.escape.
+* "Changed since the previous run": releases probed for the first time, verdicts
+  that flipped, new boundaries; at the top.
+* The overview grid: a row per model x target, a column per release; each cell
+  the verdict of the release's newest probe as a symbol and a colour, with its
+  NaN rows; the boundary (first bad release of the row) outlined and marked, with
+  a link to the run's upstream report; per row a sparkline of the fp16 headroom
+  (max |x| / 65504 of the outputs) per release, and of the worst cosine against
+  the run's reference where there is one. Filters by model and target (inline
+  script; everything is shown without it).
+* The history: probes recorded per run, by verdict, on the run's date.
+* Per model: explanations of the boundaries, the fp16 headroom of traces
+  (matplotlib, where `bisect trace` saved any), when each verdict first appeared,
+  and the probes that were not judged good or bad.
+
+Every string that comes from results is escaped with html.escape. The page
+reads at 1400 px and at 390 px wide: the grid scrolls inside its own box.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import io
 import json
@@ -27,21 +39,19 @@ import re
 import shutil
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import quote
 
-from packaging.version import InvalidVersion, Version
-
 from harness.errors import UsageError
-from harness.history import SIDE_DIRS, latest_by_version, read_manifest, run_dirs
-from harness.results import MANIFEST, PROBES, RunStore
-from harness.runners import PROVENANCE_KEYS
+from harness.history import SIDE_DIRS, SIDE_FILES
+from harness.overview import Changes, Row, changes, collect, nights, runs_of, vkey
+from harness.results import MANIFEST, PROBES
 
-DEFAULT_PREDICATE = "nan-or-inf"
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825", "error": "#8e24aa",
                    "crash": "#6a1b9a", "timeout": "#ad1457"}
+SYMBOLS = {"good": "✓", "bad": "✗", "skip": "–", "error": "!", "crash": "‼", "timeout": "◔"}
+WORDS = {"good": "good", "bad": "bad", "skip": "skip (no wheel for the target)", "error": "error", "crash": "crash",
+         "timeout": "timeout"}
 JUDGED = ("good", "bad")
 
 
@@ -49,172 +59,8 @@ def e(value) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
 
-def _vkey(v: str):
-    try:
-        return (0, Version(v))
-    except InvalidVersion:
-        return (1, v)
-
-
-@dataclass
-class Row:
-    run_id: str
-    run_dir: Path
-    model: str
-    model_digest: str
-    target: str
-    provenance: dict
-    options: dict
-    predicate: str
-    cells: dict[str, dict]  # version -> {verdict, why, nan_rows, inf_rows, rows, finished, records}
-    history: list[dict] = field(default_factory=list)  # {version, verdict, first_seen}
-    summary: dict | None = None
-    first_bad: str | None = None
-    last_good: str | None = None
-    flips: dict[str, str] = field(default_factory=dict)  # version -> previous verdict
-    headroom: dict[str, float] = field(default_factory=dict)
-
-
-def _target_label(prov: dict, options: dict) -> str:
-    from harness.summary import target_label
-
-    parts = [target_label(prov)]
-    if prov.get("python"):
-        parts.append(f"py{prov['python']}")
-    if options:
-        parts.append(", ".join(f"{k}={v}" for k, v in sorted(options.items())))
-    return " · ".join(parts)
-
-
-def _cell_docs(run_dir: Path) -> list[dict]:
-    docs = []
-    for f in sorted((run_dir / "cells").glob("*.json")):
-        try:
-            docs.append(json.loads(f.read_text()))
-        except (OSError, ValueError):
-            continue
-    return docs
-
-
-def _headroom(run_dir: Path) -> dict[str, float]:
-    """version -> the largest fp16 headroom (max |x| / 65504; inf when non-finite) of its trace."""
-    out = {}
-    for f in sorted((run_dir / "traces").glob("*.json")):
-        try:
-            doc = json.loads(f.read_text())
-        except (OSError, ValueError):
-            continue
-        version = doc.get("version") or f.stem
-        vals = []
-        for r in doc.get("residual") or []:
-            vals.append(math.inf if r.get("nonfinite") else (r.get("headroom") or 0.0))
-        if not vals:
-            for n in doc.get("nodes") or []:
-                for t in n.get("outputs") or []:
-                    if t.get("dtype") == "float16" and t.get("headroom") is not None:
-                        vals.append(t["headroom"])
-        if not vals and isinstance(doc.get("max_headroom"), (int, float)):
-            vals.append(doc["max_headroom"])
-        if vals:
-            out[str(version)] = max(vals)
-    return out
-
-
-def _judge(records: list[dict], predicate: str, summary: dict | None):
-    from harness.verdicts import judge, parse_predicate
-
-    pred = parse_predicate(predicate)
-    by_summary = {p["version"]: p for p in (summary or {}).get("probes", [])}
-    judged = []
-    for rec in records:
-        j = judge(rec, pred)
-        verdict, why = j["verdict"], j["why"]
-        if pred.needs_reference:  # the reference outputs are not here: trust the run's own summary
-            p = by_summary.get(rec["version"])
-            verdict, why = (p["verdict"], p.get("why")) if p else ("error", "no summary for a rel-diff run")
-        judged.append((rec, verdict, why, j))
-    return judged
-
-
-def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
-    """A row per (run, predicate) under `root`.
-
-    A run whose manifest cannot be read, or whose probes.jsonl holds a complete
-    line that is not a probe record, is left out: `warn` hears why and
-    `left_out` gets (run directory, reason). A last line cut off mid-write is
-    only warned about.
-    """
-    rows = []
-    left_out = [] if left_out is None else left_out
-    for d in run_dirs(root):
-        try:
-            man = read_manifest(d)
-        except UsageError as exc:  # an unreadable run is left out of the page, with a note on stderr
-            warn(f"skipping {d}: {exc}")
-            left_out.append((d, str(exc)))
-            continue
-        evidence = RunStore(d).read()
-        if evidence.corrupt:
-            more = f" (and {len(evidence.corrupt) - 1} more)" if len(evidence.corrupt) > 1 else ""
-            reason = f"{evidence.corrupt[0]}{more}"
-            warn(f"skipping {d}: {reason}")
-            left_out.append((d, reason))
-            continue
-        if evidence.torn:
-            warn(f"{evidence.torn}: left out")
-        records = evidence.records
-        key = man["key"]
-        prov = {k: key.get(k) for k in PROVENANCE_KEYS}
-        options = key.get("session_options") or {}
-        docs = _cell_docs(d)
-        predicates = sorted({doc.get("predicate") or DEFAULT_PREDICATE for doc in docs}) or [DEFAULT_PREDICATE]
-        headroom = _headroom(d)
-        for predicate in predicates:
-            mine = [doc for doc in docs if (doc.get("predicate") or DEFAULT_PREDICATE) == predicate]
-            summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
-            judged = _judge(records, predicate, summary)
-            newest = {id(r) for r in latest_by_version(records).values()}
-            cells, first_seen = {}, {}
-            counts = defaultdict(int)
-            for rec, verdict, why, s in judged:
-                counts[rec["version"]] += 1
-                k = (rec["version"], verdict)
-                t = rec.get("finished") or ""
-                if k not in first_seen or (t and t < first_seen[k]):
-                    first_seen[k] = t
-                if id(rec) in newest:
-                    cells[rec["version"]] = {"verdict": verdict, "why": why, "nan_rows": s["nan_rows"],
-                                             "inf_rows": s["inf_rows"], "rows": s["rows"],
-                                             "finished": rec.get("finished"), "status": rec.get("status")}
-            for v, c in cells.items():
-                c["records"] = counts[v]
-            row = Row(d.name, d, (man.get("model") or {}).get("name") or d.name, key.get("model") or "",
-                      _target_label(prov, options), prov, options, predicate, cells,
-                      history=sorted(({"version": v, "verdict": vd, "first_seen": t} for (v, vd), t in first_seen.items()),
-                                     key=lambda h: (h["first_seen"], _vkey(h["version"]))),
-                      summary=summary, headroom=headroom)
-            _boundaries(row)
-            rows.append(row)
-    return rows
-
-
-def _boundaries(row: Row) -> None:
-    versions = sorted(row.cells, key=_vkey)
-    prev = None
-    last_good = None
-    for v in versions:
-        verdict = row.cells[v]["verdict"]
-        if verdict != "skip":  # no wheel for the target: says nothing about the release's numerics
-            if prev is not None and verdict != prev:
-                row.flips[v] = prev
-            prev = verdict
-        if verdict == "good":
-            last_good = v
-        elif verdict == "bad" and last_good is not None and row.first_bad is None:
-            row.first_bad, row.last_good = v, last_good
-    s = row.summary or {}
-    if s.get("first_bad") and s["first_bad"] in row.cells and row.cells[s["first_bad"]]["verdict"] == "bad":
-        row.first_bad, row.last_good = s["first_bad"], s.get("last_good")
+def _href(site_rel: str) -> str:
+    return e(quote(site_rel))
 
 
 # -- charts -------------------------------------------------------------------------------
@@ -232,140 +78,296 @@ def _svg(fig, salt: str) -> str:
     return re.sub(r"<metadata>.*?</metadata>\s*", "", text, flags=re.S)  # RDF boilerplate with a date
 
 
-def _figure(width: float, height: float):
+def headroom_chart(model: str, rows: list[Row], salt: str) -> str | None:
+    """The largest fp16 headroom of any traced tensor per release (traces of `bisect trace`)."""
+    series = [(r, r.headroom) for r in rows if r.headroom]
+    if not series:
+        return None
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     import matplotlib.pyplot as plt
 
-    return plt.subplots(figsize=(width, height), dpi=96)
-
-
-def headroom_chart(model: str, rows: list[Row], salt: str) -> str | None:
-    series = [(r, r.headroom) for r in rows if r.headroom]
-    if not series:
-        return None
-    versions = sorted({v for _, h in series for v in h}, key=_vkey)
-    fig, ax = _figure(max(4.0, 0.45 * len(versions) + 2), 2.8)
+    versions = sorted({v for _, h in series for v in h}, key=vkey)
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.45 * len(versions) + 2), 2.8), dpi=96)
     finite = [x for _, h in series for x in h.values() if math.isfinite(x)]
     top = max([1.2, *[x * 1.1 for x in finite]])
     for r, h in series:
         xs = [i for i, v in enumerate(versions) if v in h]
-        ys = [min(h[versions[i]], top) for i in xs]
-        ax.plot(xs, ys, marker="o", label=r.target)
+        ax.plot(xs, [min(h[versions[i]], top) for i in xs], marker="o", label=r.target)
         for i in xs:
             if not math.isfinite(h[versions[i]]):
                 ax.annotate("Inf", (i, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=7)
     ax.axhline(1.0, color="#c62828", linestyle="--", linewidth=1)
     ax.set_xticks(range(len(versions)), versions, rotation=60, fontsize=7)
     ax.set_ylabel("max |x| / 65504")
-    ax.set_title(f"fp16 headroom per release · {model}", fontsize=9)
+    ax.set_title(f"fp16 headroom of traced tensors per release · {model}", fontsize=9)
     ax.legend(fontsize=6, loc="upper left")
     return _svg(fig, salt)
 
 
-def history_chart(model: str, rows: list[Row], salt: str) -> str | None:
-    """When each (row, release, verdict) was first seen: x = time, y = release."""
-    pts = [(r, h) for r in rows for h in r.history if h["first_seen"]]
-    if not pts:
-        return None
-    versions = sorted({h["version"] for _, h in pts}, key=_vkey)
-    vi = {v: i for i, v in enumerate(versions)}
-    fig, ax = _figure(7.5, max(1.6, 0.16 * len(versions) + 1.2))
-    markers = "osD^v<>ph*"
-    targets = sorted({r.target for r, _ in pts})
-    for verdict in sorted({h["verdict"] for _, h in pts}):
-        for ti, target in enumerate(targets):
-            sel = [(r, h) for r, h in pts if h["verdict"] == verdict and r.target == target]
-            if not sel:
-                continue
-            xs = [datetime.strptime(h["first_seen"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc) for _, h in sel]
-            ys = [vi[h["version"]] for _, h in sel]
-            ax.scatter(xs, ys, s=18, c=VERDICT_COLOURS.get(verdict, "#757575"), marker=markers[ti % len(markers)],
-                       label=f"{verdict} · {target}")
-    import matplotlib.dates as mdates
+def _fmt(x: float | None, digits: int = 3) -> str:
+    if x is None:
+        return "none"
+    return "non-finite" if not math.isfinite(x) else f"{x:.{digits}g}"
 
-    locator = mdates.AutoDateLocator()
-    ax.xaxis.set_major_locator(locator)
-    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
-    ax.set_yticks(range(len(versions)), versions, fontsize=6)
-    ax.tick_params(axis="x", labelsize=7)
-    ax.set_title(f"when each verdict first appeared · {model}", fontsize=9)
-    ax.legend(fontsize=6, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    return _svg(fig, salt)
+
+def sparkline(versions: list[str], values: dict[str, float | None], label: str, top: float,
+              ceiling: float | None = None, width: int = 120, height: int = 26) -> str:
+    """An inline SVG line of one number per release (the grid's columns, in order); a non-finite value
+    is a cross at the top, a missing one a gap. Its <title> lists every value as text."""
+    n = max(len(versions) - 1, 1)
+    x = {v: 2 + (width - 4) * i / n for i, v in enumerate(versions)}
+
+    def y(val: float) -> float:
+        return height - 2 - (height - 4) * min(max(val, 0.0), top) / top
+
+    parts, seg, crosses = [], [], []
+    for v in versions:
+        val = values.get(v)
+        if val is None:
+            if len(seg) > 1:
+                parts.append(seg)
+            seg = []
+            continue
+        if not math.isfinite(val):
+            crosses.append(x[v])
+            if len(seg) > 1:
+                parts.append(seg)
+            seg = []
+            continue
+        seg.append((x[v], y(val)))
+    if len(seg) > 1:
+        parts.append(seg)
+    dots = [(x[v], y(values[v])) for v in versions if values.get(v) is not None and math.isfinite(values[v])]
+    title = f"{label} per release: " + ", ".join(f"{v} {_fmt(values.get(v))}" for v in versions if v in values)
+    out = [f'<svg class="spark" viewBox="0 0 {width} {height}" width="{width}" height="{height}" role="img">',
+           f"<title>{e(title)}</title>"]
+    if ceiling is not None:
+        out.append(f'<line x1="0" x2="{width}" y1="{y(ceiling):.1f}" y2="{y(ceiling):.1f}" class="ceiling"/>')
+    for p in parts:
+        out.append('<polyline points="' + " ".join(f"{a:.1f},{b:.1f}" for a, b in p) + '"/>')
+    if len(dots) == 1:
+        out.append(f'<circle cx="{dots[0][0]:.1f}" cy="{dots[0][1]:.1f}" r="1.5"/>')
+    for cx in crosses:
+        out.append(f'<path class="nonfinite" d="M{cx - 2:.1f},1 l4,4 m0,-4 l-4,4"/>')
+    out.append("</svg>")
+    return "".join(out)
+
+
+def history_svg(runs: list[dict]) -> str | None:
+    """Probes recorded per run (night) by verdict, stacked, with the run's date on the x axis."""
+    if not runs:
+        return None
+    order = [v for v in VERDICT_COLOURS] + sorted({k for r in runs for k in r["verdicts"]} - set(VERDICT_COLOURS))
+    top = max(sum(r["verdicts"].values()) for r in runs) or 1
+    bar, gap, left, h, bottom = 24, 16, 40, 140, 80
+    width = max(240, left + len(runs) * (bar + gap) + 70)  # room for the last slanted date
+    out = [f'<svg class="history" viewBox="0 0 {width} {h + bottom}" width="{width}" height="{h + bottom}" '
+           f'role="img"><title>probes recorded per run, by verdict</title>']
+    for frac in (0, 0.5, 1):
+        yy = h - (h - 10) * frac
+        out.append(f'<line x1="{left - 4}" x2="{width}" y1="{yy:.1f}" y2="{yy:.1f}" class="grid"/>'
+                   f'<text x="{left - 6}" y="{yy + 3:.1f}" text-anchor="end">{round(top * frac)}</text>')
+    for i, r in enumerate(runs):
+        x0 = left + i * (bar + gap)
+        base = h
+        for verdict in order:
+            n = r["verdicts"].get(verdict, 0)
+            if not n:
+                continue
+            hh = (h - 10) * n / top
+            base -= hh
+            out.append(f'<rect x="{x0}" y="{base:.1f}" width="{bar}" height="{hh:.1f}" '
+                       f'fill="{VERDICT_COLOURS.get(verdict, "#757575")}"><title>{e(r["date"])}: {n} {e(verdict)}'
+                       f"</title></rect>")
+        out.append(f'<text x="{x0 + bar / 2:.0f}" y="{h + 12}" transform="rotate(45 {x0 + bar / 2:.0f} {h + 12})">'
+                   f'{e(r["date"])}</text>')
+    out.append("</svg>")
+    return "".join(out)
 
 
 # -- page ---------------------------------------------------------------------------------
 
 CSS = """
-body{font:14px/1.4 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:1.5em;color:#222}
-h1{font-size:1.4em} h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
-table.grid{border-collapse:collapse;margin:.5em 0;font-size:12px}
-.grid th,.grid td{border:1px solid #ccc;padding:3px 5px;text-align:center;white-space:nowrap}
-.grid th.target{text-align:left;font-weight:normal}
-.grid td.v{color:#fff;min-width:3.2em}
+*{box-sizing:border-box}
+body{font:14px/1.4 system-ui,-apple-system,"DejaVu Sans",sans-serif;margin:1em;color:#222;max-width:100%}
+h1{font-size:1.4em} h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
+.scroll{overflow-x:auto;max-width:100%;border:1px solid #eee}
+table.grid{border-collapse:collapse;font-size:12px}
+.grid th,.grid td{border:1px solid #ccc;padding:2px 4px;text-align:center;white-space:nowrap}
+.grid thead th.ver{writing-mode:vertical-rl;transform:rotate(180deg);font-weight:normal;padding:4px 1px}
+.grid th.target{text-align:left;font-weight:normal;position:sticky;left:0;background:#fff;z-index:1;
+ white-space:normal;overflow-wrap:anywhere;min-width:11em;max-width:22em}
+.grid th.target b{display:block}
+.grid td.v{color:#fff;min-width:2.2em}
 .grid td.none{background:#f3f3f3;color:#999}
 .v.good{background:#2e7d32}.v.bad{background:#c62828}.v.skip{background:#f9a825;color:#222}
 .v.error{background:#8e24aa}.v.crash{background:#6a1b9a}.v.timeout{background:#ad1457}
 td.first-bad{outline:3px solid #111;outline-offset:-3px;font-weight:bold}
-td.flip::after{content:" \\25B2";font-size:9px}
-.nan{display:block;font-size:10px;opacity:.9}
-.legend span{display:inline-block;padding:1px 6px;margin-right:4px;color:#fff;font-size:11px}
-.note{color:#666;font-size:12px} .explanation{background:#fffbe6;border-left:3px solid #f9a825;padding:.4em .8em;white-space:pre-wrap}
-.chart svg{max-width:100%;height:auto}
-code,.mono{font-family:"DejaVu Sans Mono",monospace;font-size:12px}
-details{margin:.4em 0}
+td.first-bad::before{content:"▶";font-size:9px}
+td.v a{color:inherit}
+td.flip::after{content:"▲";font-size:8px}
+.nan{display:block;font-size:10px}
+.spark{vertical-align:middle}.spark polyline{fill:none;stroke:#1565c0;stroke-width:1.4}
+.spark circle{fill:#1565c0}.spark .ceiling{stroke:#c62828;stroke-dasharray:3 2;stroke-width:1}
+.spark .nonfinite{stroke:#c62828;stroke-width:1.6}
+.margin{font-size:11px;text-align:left}
+.legend span{display:inline-block;padding:1px 6px;margin:0 4px 4px 0;color:#fff;font-size:11px}
+.legend span.skip{color:#222}
+.note{color:#555;font-size:12px}
+.explanation{background:#fffbe6;border-left:3px solid #f9a825;padding:.4em .8em;white-space:pre-wrap;
+ overflow-wrap:anywhere}
+.changes{background:#f5f8ff;border:1px solid #c5d3f0;padding:.5em 1em}
+.changes ul{margin:.2em 0 .4em 1.2em;padding:0}
+.chart{overflow-x:auto}.chart svg{max-width:100%;height:auto}
+svg.history text{font-size:10px;fill:#333}svg.history .grid{stroke:#ddd}
+.filters label{margin-right:1em;display:inline-block}
+.filters select{max-width:18em}
+code,.mono{font-family:"DejaVu Sans Mono",monospace;font-size:12px;overflow-wrap:anywhere}
+details{margin:.4em 0} li{overflow-wrap:anywhere}
+@media (max-width:600px){body{margin:.5em}.grid th.target{min-width:8em;max-width:11em}}
 """
 
+FILTER_JS = """(function(){
+var m=document.getElementById('f-model'),t=document.getElementById('f-target'),n=document.getElementById('f-count');
+var rows=[].slice.call(document.querySelectorAll('#overview tr.row'));
+var secs=[].slice.call(document.querySelectorAll('section.model'));
+function apply(){var shown=0;rows.forEach(function(r){var ok=(!m.value||r.dataset.model===m.value)&&
+(!t.value||r.dataset.target===t.value);r.hidden=!ok;if(ok)shown++;});
+secs.forEach(function(s){s.hidden=!!m.value&&s.dataset.model!==m.value;});
+n.textContent=shown+' of '+rows.length+' rows shown';}
+m.addEventListener('change',apply);t.addEventListener('change',apply);apply();})();"""
 
-def _cell_html(version: str, c: dict | None, row: Row) -> str:
+
+def _row_label(r: Row) -> str:
+    return f"{r.model} · {r.target}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {r.predicate}")
+
+
+def _cell_html(version: str, c: dict | None, row: Row, report_href: str | None) -> str:
     if c is None:
-        return f'<td class="v none" data-version="{e(version)}" data-verdict="">·</td>'
-    classes = ["v", c["verdict"]]
-    if version == row.first_bad:
+        return f'<td class="v none" data-version="{e(version)}" data-verdict="" title="not probed">·</td>'
+    verdict = c["verdict"]
+    classes = ["v", verdict]
+    boundary = version == row.first_bad
+    if boundary:
         classes.append("first-bad")
     if version in row.flips:
         classes.append("flip")
-    title = f"{version}: {c['verdict']} — {c.get('why') or ''}; newest probe {c.get('finished') or '?'}; {c['records']} record(s)"
+    title = (f"{row.model} · {row.target} · {version}: {WORDS.get(verdict, verdict)} — {c.get('why') or ''}; "
+             f"newest probe {c.get('finished') or '?'}; {c['records']} record(s)")
     if version in row.flips:
         title += f"; changed from {row.flips[version]} at the previous release"
-    label = "first bad" if version == row.first_bad else c["verdict"]
+    if boundary:
+        title += f"; first bad release (last good {row.last_good})"
+    body = e(SYMBOLS.get(verdict, "?"))
+    if boundary and report_href:
+        body = f'<a href="{report_href}" title="the upstream report">{body}</a>'
     nan = ""
     if c.get("status") == "ran" and (c.get("nan_rows") or c.get("inf_rows")):
-        nan = f'<span class="nan">{e(c.get("nan_rows") or 0)} NaN / {e(c.get("rows") or 0)}</span>'
-    return (f'<td class="{e(" ".join(classes))}" data-version="{e(version)}" data-verdict="{e(c["verdict"])}" '
-            f'title="{e(title)}">{e(label)}{nan}</td>')
+        nan = f'<span class="nan">{e(c.get("nan_rows") or 0)}/{e(c.get("rows") or 0)}</span>'
+    return (f'<td class="{e(" ".join(classes))}" data-version="{e(version)}" data-verdict="{e(verdict)}" '
+            f'title="{e(title)}" aria-label="{e(title)}">{body}{nan}</td>')
 
 
-def _href(site_rel: str) -> str:
-    return e(quote(site_rel))
+def _margins_html(r: Row, versions: list[str]) -> str:
+    head = {v: r.margins.get(v, {}).get("headroom") for v in versions if r.margins.get(v, {}).get("headroom") is not None}
+    cos = {v: r.margins.get(v, {}).get("cosine_min") for v in versions
+           if r.margins.get(v, {}).get("cosine_min") is not None}
+    out = []
+    if head:
+        finite = [x for x in head.values() if math.isfinite(x)]
+        top = max([1.2, *[x * 1.05 for x in finite]])
+        last = head[max(head, key=vkey)]
+        out.append(f'{sparkline(versions, head, "fp16 headroom (max |x| / 65504)", top, ceiling=1.0)} '
+                   f'<span title="fp16 headroom of the newest release">h {e(_fmt(last, 2))}</span>')
+    if cos:
+        dist = {v: (1.0 - x if math.isfinite(x) else math.inf) for v, x in cos.items()}
+        finite = [x for x in dist.values() if math.isfinite(x)]
+        last = cos[max(cos, key=vkey)]
+        out.append(f'<br>{sparkline(versions, dist, "1 - worst cosine to the reference", max([1e-6, *finite]))} '
+                   f'<span title="worst cosine of the newest release">cos {e(_fmt(last, 6))}</span>')
+    return "".join(out) or '<span class="note">no numbers</span>'
 
 
-def _model_section(model: str, rows: list[Row], n: int) -> str:
-    versions = sorted({v for r in rows for v in r.cells}, key=_vkey)
-    out = [f'<section class="model" data-model="{e(model)}">', f"<h2>{e(model)}</h2>"]
-    digests = sorted({r.model_digest[:12] for r in rows if r.model_digest})
-    out.append(f'<p class="note">model digest {e(", ".join(digests))} · {len(rows)} row(s) · '
-               f"{len(versions)} release(s). outlined = first bad release of the row; ▲ = verdict differs "
-               "from the previous release of the row (a release without a wheel, skip, is stepped over).</p>")
-    out.append('<table class="grid"><thead><tr><th>target</th><th>bad if</th>')
-    out += [f"<th>{e(v)}</th>" for v in versions]
-    out.append("<th>first bad</th><th>raw</th></tr></thead><tbody>")
+def _boundary_html(r: Row, report_href: str | None) -> str:
+    if not r.first_bad:
+        return "—"
+    text = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>"
+    if report_href:
+        return f'{text}<br><a class="report" href="{report_href}">upstream report</a>'
+    return f'{text}<br><span class="note">no report yet: <code>bisect report {e(r.run_id)}</code></span>'
+
+
+def overview_html(rows: list[Row]) -> str:
+    versions = sorted({v for r in rows for v in r.cells}, key=vkey)
+    models = sorted({r.model for r in rows})
+    targets = sorted({r.target for r in rows})
+    out = ['<section id="overview"><h2>Overview</h2>',
+           '<div class="filters" role="search"><label>model <select id="f-model"><option value="">all</option>',
+           *[f'<option value="{e(m)}">{e(m)}</option>' for m in models],
+           '</select></label><label>target <select id="f-target"><option value="">all</option>',
+           *[f'<option value="{e(t)}">{e(t)}</option>' for t in targets],
+           f'</select></label><span id="f-count" class="note">{len(rows)} rows</span></div>',
+           f'<p class="note">{len(rows)} row(s) (model × target) × {len(versions)} release(s). Each cell: the verdict '
+           "of the release's newest probe as a symbol and a colour, and NaN rows / rows where there are any. ▶ and "
+           "the outline mark the boundary (first bad release after a good one), ▲ a verdict that differs from the "
+           "previous release of the row. The sparkline follows the fp16 headroom (max |x| / 65504, the dashed line "
+           "is the fp16 ceiling, × where an output was not finite) release by release.</p>",
+           '<div class="scroll"><table class="grid"><thead><tr><th class="target">model · target</th>',
+           *[f'<th class="ver" scope="col">{e(v)}</th>' for v in versions],
+           "<th>margin per release</th><th>boundary</th><th>raw</th></tr></thead><tbody>"]
     for r in rows:
-        out.append(f'<tr class="row" data-run="{e(r.run_id)}" data-target="{e(r.target)}" '
-                   f'data-first-bad="{e(r.first_bad or "")}">')
-        out.append(f'<th class="target">{e(r.target)}</th><td>{e(r.predicate)}</td>')
-        out += [_cell_html(v, r.cells.get(v), r) for v in versions]
-        fb = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>" if r.first_bad else "—"
-        out.append(f'<td class="first-bad-col">{fb}</td>')
         base = f"data/{r.run_id}/"
-        links = [f'<a href="{_href(base + PROBES)}">probes.jsonl</a>',
-                 f'<a href="{_href(base + MANIFEST)}">manifest.json</a>']
+        report = _href(base + r.report) if r.report else None
+        out.append(f'<tr class="row" data-run="{e(r.run_id)}" data-key="{e(r.key)}" data-model="{e(r.model)}" '
+                   f'data-target="{e(r.target)}" data-first-bad="{e(r.first_bad or "")}">')
+        label = f"<b>{e(r.model)}</b>{e(r.target)}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {e(r.predicate)}")
+        out.append(f'<th class="target" scope="row">{label}</th>')
+        out += [_cell_html(v, r.cells.get(v), r, report) for v in versions]
+        out.append(f'<td class="margin">{_margins_html(r, versions)}</td>')
+        out.append(f'<td class="first-bad-col">{_boundary_html(r, report)}</td>')
+        links = [f'<a href="{_href(base + PROBES)}">probes</a>', f'<a href="{_href(base + MANIFEST)}">manifest</a>']
         if r.summary and r.summary.get("cell", {}).get("key"):
             links.append(f'<a href="{_href(base + "cells/" + r.summary["cell"]["key"] + ".json")}">summary</a>')
         out.append(f'<td>{" · ".join(links)}</td></tr>')
-    out.append("</tbody></table>")
-    # explanations of the boundaries
+    out.append("</tbody></table></div></section>")
+    return "\n".join(out)
+
+
+def changes_html(ch: Changes, rows: list[Row]) -> str:
+    label = {r.key: _row_label(r) for r in rows}
+    out = ['<section class="changes" id="changes"><h2>Changed since the previous run</h2>']
+    if ch.run_started is None:
+        out.append("<p>No probes yet.</p></section>")
+        return "\n".join(out)
+    if ch.previous_run is None:
+        out.append(f"<p>The first run (from {e(ch.run_started)}): nothing to compare with yet.</p></section>")
+        return "\n".join(out)
+    out.append(f'<p class="note">Newest run from {e(ch.run_started)}; the previous run ended {e(ch.previous_run)}.</p>')
+    if not ch.any:
+        out.append("<p>Nothing changed: no new release, no verdict flipped, no new boundary.</p>")
+    if ch.new_boundaries:
+        out.append(f"<h3>New boundaries ({len(ch.new_boundaries)})</h3><ul>")
+        out += [f"<li>{e(label.get(k, k))}: first bad {e(now)}" + (f" (was {e(was)})" if was else " (none before)")
+                + "</li>" for k, was, now in ch.new_boundaries]
+        out.append("</ul>")
+    if ch.flipped:
+        out.append(f"<h3>Verdicts flipped ({len(ch.flipped)})</h3><ul>")
+        out += [f"<li>{e(label.get(k, k))} · {e(v)}: {e(was)} → <b>{e(now)}</b></li>" for k, v, was, now in ch.flipped]
+        out.append("</ul>")
+    if ch.new_releases:
+        out.append(f"<h3>New releases probed ({len(ch.new_releases)})</h3><ul>")
+        out += [f"<li><span class=\"mono\">{e(v)}</span> on {len(keys)} row(s)</li>" for v, keys in ch.new_releases]
+        out.append("</ul>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _model_section(model: str, rows: list[Row], n: int) -> str:
+    out = [f'<section class="model" data-model="{e(model)}">', f"<h2>{e(model)}</h2>"]
+    digests = sorted({r.model_digest[:12] for r in rows if r.model_digest})
+    out.append(f'<p class="note">model digest {e(", ".join(digests))} · {len(rows)} row(s)</p>')
     for r in rows:
         expl = (r.summary or {}).get("explanation")
         if expl:
@@ -375,23 +377,16 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
         if r.summary and r.summary.get("message"):
             out.append(f'<p class="note">{e(r.target)}: {e(r.summary["message"])}</p>')
     chart = headroom_chart(model, rows, f"h{n}")
-    out.append("<h3>fp16 headroom per release</h3>")
-    out.append(f'<div class="chart headroom">{chart}</div>' if chart else
-               '<p class="note">No traces for this model yet (they go in results/&lt;run&gt;/traces/&lt;version&gt;.json, '
-               "the JSON of <code>bisect trace</code>).</p>")
-    chart = history_chart(model, rows, f"s{n}")
-    out.append("<h3>History</h3>")
     if chart:
-        out.append(f'<div class="chart history">{chart}</div>')
-    out.append("<details><summary>When each verdict first appeared</summary><table class=\"grid\"><tr>"
-               "<th>first seen</th><th>target</th><th>release</th><th>verdict</th></tr>")
+        out.append(f'<div class="chart headroom">{chart}</div>')
+    out.append("<details><summary>When each verdict first appeared</summary><div class=\"scroll\"><table "
+               "class=\"grid\"><tr><th>first seen</th><th>target</th><th>release</th><th>verdict</th></tr>")
     for r in rows:
         for h in r.history:
             out.append(f"<tr><td>{e(h['first_seen'] or '?')}</td><td>{e(r.target)}</td><td>{e(h['version'])}</td>"
-                       f'<td class="v {e(h["verdict"])}">{e(h["verdict"])}</td></tr>')
-    out.append("</table></details>")
-    # reasons of the probes that were not judged good or bad
-    odd = [(r, v, c) for r in rows for v, c in sorted(r.cells.items(), key=lambda kv: _vkey(kv[0]))
+                       f'<td class="v {e(h["verdict"])}">{e(SYMBOLS.get(h["verdict"], "?"))} {e(h["verdict"])}</td></tr>')
+    out.append("</table></div></details>")
+    odd = [(r, v, c) for r in rows for v, c in sorted(r.cells.items(), key=lambda kv: vkey(kv[0]))
            if c["verdict"] not in JUDGED]
     if odd:
         out.append("<details open><summary>Probes not judged good or bad</summary><ul>")
@@ -411,26 +406,43 @@ def _left_out_html(left_out: list) -> str:
             f"aside).</p><ul>{items}</ul></div>")
 
 
-def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = ()) -> str:
+def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
+           runs: list[tuple[str, str]] | None = None) -> str:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_model[r.model].append(r)
-    legend = "".join(f'<span style="background:{c}">{e(v)}</span>' for v, c in VERDICT_COLOURS.items())
+    rows = sorted(rows, key=lambda r: (r.model, r.target, r.predicate))
+    legend = "".join(f'<span class="{e(v)}" style="background:{c}">{e(SYMBOLS[v])} {e(WORDS[v])}</span>'
+                     for v, c in VERDICT_COLOURS.items())
     generated = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    script_hash = base64.b64encode(hashlib.sha256(FILTER_JS.encode()).digest()).decode()
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
+    ch = changes(rows, runs) if ch is None else ch
+    per_night = nights(rows, runs)
+    chart = history_svg(per_night)
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              '<meta name="viewport" content="width=device-width,initial-scale=1">',
              ("<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
-              "img-src data:; \">"),
+              f"script-src 'sha256-{script_hash}'; img-src data:\">"),
              '<link rel="icon" href="data:,">', f"<title>{e(title)}</title>", f"<style>{CSS}</style></head><body>",
              f"<h1>{e(title)}</h1>",
              (f'<p class="note">Generated {e(generated)} from {sum(len(r.cells) for r in rows)} release verdicts in '
-              f"{len({r.run_id for r in rows})} run(s). Each cell shows the verdict of the release's newest probe.</p>"),
-             f'<p class="legend">{legend}</p>', _left_out_html(list(left_out))]
+              f"{len({r.run_id for r in rows})} run(s), {len(per_night)} nightly run(s).</p>"),
+             f'<p class="legend">{legend}</p>', _left_out_html(list(left_out)), changes_html(ch, rows)]
     if not rows:
         parts.append("<p>No results yet.</p>")
+    else:
+        parts.append(overview_html(rows))
+        parts.append('<section id="history"><h2>History</h2><p class="note">Probes recorded per run, by verdict; '
+                     "a run is a night of probes (see the dates).</p>")
+        parts.append(f'<div class="chart history">{chart}</div>' if chart else "")
+        parts.append("<details><summary>The same as a table</summary><ul>")
+        parts += [f"<li>{e(n['date'])} ({e(n['first'])} – {e(n['last'])}): "
+                  + ", ".join(f"{c} {e(v)}" for v, c in sorted(n["verdicts"].items())) + "</li>" for n in per_night]
+        parts.append("</ul></details></section>")
     for n, model in enumerate(sorted(by_model)):
         parts.append(_model_section(model, sorted(by_model[model], key=lambda r: (r.target, r.predicate)), n))
-    parts.append("</body></html>")
+    parts.append(f"<script>{FILTER_JS}</script></body></html>")
     return "\n".join(parts)
 
 
@@ -438,7 +450,7 @@ def copy_raw(rows: list[Row], out: Path) -> None:
     for d in sorted({r.run_dir for r in rows}):
         dst = out / "data" / d.name
         dst.mkdir(parents=True, exist_ok=True)
-        for name in (MANIFEST, PROBES):
+        for name in (MANIFEST, PROBES, *SIDE_FILES):
             if (d / name).is_file():
                 shutil.copy2(d / name, dst / name)
         for sub in SIDE_DIRS:
@@ -446,23 +458,34 @@ def copy_raw(rows: list[Row], out: Path) -> None:
                 shutil.copytree(d / sub, dst / sub, dirs_exist_ok=True)
 
 
+def _json_number(x):
+    return None if x is None or not math.isfinite(x) else x
+
+
 def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda msg: None,
           left_out: list | None = None) -> Path:
-    """The page (and dashboard.json, data/); runs that cannot be read go in `left_out` (see collect)."""
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        raise UsageError("bisect dashboard draws its charts with matplotlib, which is not installed "
-                         "(uv run --with matplotlib bisect dashboard ...)") from None
+    """The page (and dashboard.json, changes.json, data/); runs that cannot be read go in `left_out` (see collect)."""
     left_out = [] if left_out is None else left_out
     rows = collect(root, warn, left_out)
+    if any(r.headroom for r in rows):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError("bisect dashboard draws the traces' charts with matplotlib, which is not installed "
+                             "(uv run --with matplotlib bisect dashboard ...)") from None
     out.mkdir(parents=True, exist_ok=True)
     copy_raw(rows, out)
+    runs = runs_of(t for r in rows for _, t, _ in r.judged)
+    ch = changes(rows, runs)
     page = out / "index.html"
-    page.write_text(render(rows, title, left_out), encoding="utf-8")
-    grid = {r.run_id + "/" + r.predicate: {"model": r.model, "target": r.target, "first_bad": r.first_bad,
-                                            "last_good": r.last_good,
-                                            "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
-                                            "flips": r.flips} for r in rows}
+    page.write_text(render(rows, title, left_out, ch, runs), encoding="utf-8")
+    grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
+                    "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
+                    "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
+                    "margins": {v: {k: _json_number(x) for k, x in m.items()} for v, m in r.margins.items()},
+                    "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
     (out / "dashboard.json").write_text(json.dumps(grid, indent=1, sort_keys=True))
+    (out / "changes.json").write_text(json.dumps({"run_started": ch.run_started, "previous_run": ch.previous_run,
+                                                  "new_releases": ch.new_releases, "flipped": ch.flipped,
+                                                  "new_boundaries": ch.new_boundaries}, indent=1))
     return page

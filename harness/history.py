@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError, UsageError
-from harness.results import MANIFEST, PROBES, QUARANTINE, Evidence, RunStore, write_atomic
+from harness.results import MANIFEST, PROBES, QUARANTINE, REPORT, REPRO, Evidence, RunStore, write_atomic
 
 SIDE_DIRS = ("cells", "traces")  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
+SIDE_FILES = (REPORT, REPRO)  # remade from the whole evidence: merge keeps the newer copy (mtime)
 
 
 def record_id(record: dict) -> str:
@@ -262,6 +263,11 @@ def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, r
             elif sub == "cells" and _generated(f) > _generated(target):
                 write_atomic(target, f.read_text())
                 rep.files.append(f"{sub}/{f.name}")
+    for name in SIDE_FILES:
+        f, target = src / name, dst / name
+        if f.is_file() and (not target.is_file() or f.stat().st_mtime > target.stat().st_mtime):
+            shutil.copy2(f, target)
+            rep.files.append(name)
     return rep
 
 

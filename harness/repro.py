@@ -24,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.results import REPRO
 from harness.vocabulary import GRAPH_LEVELS
 
-SCRIPT = "repro.py"
+SCRIPT = REPRO  # results/<run>/repro.py
 
 
 def npz_b64(arrays: dict[str, np.ndarray]) -> str:

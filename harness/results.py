@@ -45,6 +45,8 @@ MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
 QUARANTINE = "quarantine.jsonl"
 EXPLANATION = "explanation"
+REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
+REPRO = "repro.py"  # the report's repro script
 
 
 def run_id_for(name: str, key: dict) -> str:

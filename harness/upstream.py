@@ -21,7 +21,7 @@ from pathlib import Path
 from harness import models, packages
 from harness import repro as repro_mod
 from harness.repro import SCRIPT
-from harness.results import EXPLANATION, RunStore
+from harness.results import EXPLANATION, REPORT, RunStore
 from harness.summary import build_of, compare_url
 from harness.verdicts import Predicate, parse_predicate
 from harness.versions import parse_version
@@ -261,6 +261,11 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 
 
 # --- Markdown ----------------------------------------------------------------------------------
+
+
+def save(run_dir: Path, doc: dict) -> Path:
+    """The report's Markdown kept next to the run (its repro script is there already)."""
+    return RunStore(Path(run_dir)).save_file(REPORT, markdown(doc))
 
 
 def markdown(doc: dict) -> str:

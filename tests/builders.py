@@ -295,3 +295,77 @@ def expand_dims_crash_model() -> onnx.ModelProto:
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     graph = helper.make_graph([node], "expand_dims", [x], [y], [numpy_helper.from_array(np.array(0, np.int32), "a")])
     return helper.make_model(graph, opset_imports=[*OPSET, helper.make_opsetid("com.microsoft", 1)], ir_version=8)
+
+
+# -- a synthetic results history (the dashboard's tests and benchmark) ------------------------------------------
+
+HISTORY_TARGETS = (  # (arch, backend, cpu, package, providers, boundary index or None, with a reference)
+    ("x86_64", "uv", None, None, None, 2, False),
+    ("aarch64", "qemu", "neoverse-n1", None, None, 6, True),
+    ("x86_64", "uv", None, "onnxruntime-openvino", ["OpenVINOExecutionProvider"], None, False),
+)
+
+
+def write_history(root: Path, models: list[str], versions: list[str], nights: int, rows: int = 20,
+                  refresh: bool = False, targets=HISTORY_TARGETS, report: bool = True) -> int:
+    """A results root as nightly runs leave it: a run per model x target, `nights` nights one day apart.
+
+    Night 1 probes every release but the newest; each later night re-probes every release when `refresh`
+    (the newest record decides), and the last night probes the newest release and, on the first run, flips
+    the release before the boundary to bad (a new boundary). Records carry metrics as the driver stores them
+    (harness.metrics.probe_metrics), an fp16 headroom growing release by release, NaN rows past the ceiling,
+    and a worst cosine against a reference on the targets that have one. Returns the number of records.
+    """
+    import json
+
+    from harness.metrics import probe_metrics
+    from harness.results import REPORT, RunStore
+
+    n = 0
+    for mi, model in enumerate(models):
+        for ti, (arch, backend, cpu, package, providers, bound, with_ref) in enumerate(targets):
+            run_id = f"{model}-{arch}-{ti}"
+            d = root / run_id
+            (d / "outputs").mkdir(parents=True)
+            key = {"model": f"{mi:064x}", "batch": "b" * 64, "outputs": [], "session_options": {}, "arch": arch,
+                   "backend": backend, "python": "3.11", "cpu": cpu}
+            (d / "manifest.json").write_text(json.dumps({"run_id": run_id, "key": key, "created": "2026-11-01T03:00:00Z",
+                                                         "model": {"name": model, "digest": key["model"]},
+                                                         "batch": {"digest": key["batch"]}, "commands": []}))
+            store = RunStore(d)
+            lines: list[str] = []  # written at once, as RunStore.append writes each (no fsync per record)
+            prov = {"arch": arch, "backend": backend, "cpu": cpu, "python": "3.11"}
+            if package:
+                prov.update(package=package, ep="openvino", providers=providers)
+            shift = (mi % 3) if bound is not None else 0
+
+            def record(i: int, version: str, finished: str, bad: bool | None = None) -> dict:
+                b = (bound is not None and i >= bound + shift) if bad is None else bad
+                room = 0.3 + 0.6 * i / max(len(versions) - 1, 1) + (0.4 if b else 0.0)
+                result = {"outputs": [{"name": "y", "dtype": "float16", "rows": rows, "nan_rows": 3 if b else 0,
+                                       "inf_rows": 0, "max_abs": room * 65504.0, "zero_rows": 0}]}
+                rec = {"version": version, "status": "ran", "finished": finished, "seconds": 1.0, "provenance": prov,
+                       "result": result, "metrics": probe_metrics(result)}
+                if with_ref:
+                    rec["metrics"].update(reference="fp32", cosine_min=-1.0 if b else 1.0 - 1e-4 * (i + 1),
+                                          rel_diff_max=None if b else 1e-3 * (i + 1), nonfinite_rows=3 if b else 0)
+                return rec
+
+            for night in range(nights):
+                day = f"2026-11-{night + 1:02d}"
+                last = night == nights - 1
+                todo = range(len(versions) - 1) if night == 0 else range(len(versions) - 1) if refresh else ()
+                for i in todo:
+                    lines.append(json.dumps(record(i, versions[i], f"{day}T03:{i // 60:02d}:{i % 60:02d}Z"),
+                                            sort_keys=True))
+                if last and nights > 1:
+                    i = len(versions) - 1
+                    lines.append(json.dumps(record(i, versions[i], f"{day}T04:30:00Z"), sort_keys=True))
+                    if mi == 0 and ti == 0 and bound is not None and bound + shift >= 2:
+                        j = bound + shift - 1
+                        lines.append(json.dumps(record(j, versions[j], f"{day}T04:31:00Z", bad=True), sort_keys=True))
+            (d / "probes.jsonl").write_text("".join(line + "\n" for line in lines))
+            n += len(lines)
+            if report and bound is not None and mi == 0 and bound + shift < len(versions):
+                store.save_file(REPORT, f"## {model} on {arch}: NaN outputs since onnxruntime {versions[bound]}\n")
+    return n

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import builders
 from harness import dashboard
 from harness.results import RunStore
 from test_matrix import ROOT, ob, run_matrix, write_matrix, tiny  # noqa: F401  (tiny is a fixture)
@@ -150,6 +151,7 @@ class Browser:
         raise TimeoutError(method)
 
     def open(self, url: str) -> None:
+        self.events = []  # this load's events only (a second open must not see the first one's load event)
         for domain in ("Page", "Runtime", "Log", "Network"):
             self.call(f"{domain}.enable")
         self.call("Page.navigate", url=url)
@@ -162,8 +164,15 @@ class Browser:
             raise RuntimeError(res["exceptionDetails"])
         return res["result"].get("value")
 
+    def viewport(self, width: int, height: int) -> None:
+        """Lay the page out as a window `width` CSS pixels wide (a phone's when narrow: its viewport meta applies)."""
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
+                  mobile=width < 600)
+
     def screenshot(self, path: Path) -> Path:
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        width, height = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
+        clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}  # the whole page, not one screen
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)["data"]
         path.write_bytes(base64.b64decode(data))
         return path
 
@@ -222,7 +231,9 @@ def check_page(b: Browser, page: Path) -> None:
     assert b.console_errors() == []
     leaving = [u for u in b.requests() if not u.startswith(("file://", "data:"))]
     assert leaving == [], leaving
-    assert b.eval("document.scripts.length") == 0
+    # one inline script (the filters), allowed by its hash; nothing loaded from elsewhere
+    assert b.eval("[...document.scripts].map(s => [s.src, s.textContent.length > 0])") == [["", True]]
+    assert b.eval("document.documentElement.scrollWidth <= window.innerWidth"), "horizontal page overflow"
 
 
 # -- synthetic history --------------------------------------------------------------------
@@ -303,7 +314,9 @@ def test_page_is_self_contained_and_escapes_results(tmp_path):
     site = tmp_path / "site"
     page = dashboard.build(synthetic(tmp_path / "results"), site)
     text = page.read_text()
-    assert "<script" not in text.lower()
+    assert text.lower().count("<script") == 1 and f"<script>{dashboard.FILTER_JS}</script>" in text  # the filters only
+    digest = base64.b64encode(__import__("hashlib").sha256(dashboard.FILTER_JS.encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in text  # the page's policy runs that script and no other
     assert "&lt;script&gt;window.__pwned = 1&lt;/script&gt;" in text
     assert "http://" not in text.replace("http://www.w3.org", "") and "https://" not in text
     assert "<svg" in text  # matplotlib charts, inline
@@ -320,7 +333,7 @@ def test_opens_in_headless_chromium_without_errors_or_network(browser, tmp_path)
     assert rows == {"fused-x86_64-1": ["1.20.0", "1.20.0"], "decomposed-aarch64-1": ["1.24.1", "1.24.1"]}
     assert EVIL in browser.eval("document.body.innerText")  # shown as text ...
     assert browser.eval("typeof window.__pwned") == "undefined"  # ... never run
-    assert browser.eval('document.querySelectorAll(".chart svg").length') >= 3  # headroom + 2 history strips
+    assert browser.eval('document.querySelectorAll(".chart svg").length') == 2  # traces' headroom + the history
 
 
 @pytest.mark.release
@@ -388,3 +401,81 @@ def test_a_run_with_an_unreadable_line_is_left_out_with_a_word_and_counted(tmp_p
     assert r.returncode == 0, r.stderr
     assert "1 run(s) left out, unreadable" in r.stdout
     assert f"dashboard: skipping {bad.parent}" in r.stderr
+
+
+# -- dashboard v2: many models and targets, two widths -------------------------------------
+
+V2_VERSIONS = ["1.19.0", "1.19.2", "1.20.0", "1.21.1", "1.22.0", "1.23.2", "1.24.1", "1.25.0", "1.26.0", "1.27.0"]
+V2_MODELS = ["gemma-tiny-fused", "gemma-tiny-decomposed", f"stack {EVIL}"]
+SCREENSHOTS = {1400: ROOT / "results" / "dashboard-1400.png", 390: ROOT / "results" / "dashboard-390.png"}
+
+
+@pytest.fixture(scope="module")
+def v2_site(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("v2") / "results"
+    builders.write_history(root, V2_MODELS, V2_VERSIONS, nights=3, refresh=True)
+    site = root.parent / "site"
+    dashboard.build(root, site, title="ortbisect nightly")
+    return site
+
+
+def test_v2_grid_rows_are_model_by_target_with_package_provider_and_margins(v2_site):
+    grid = json.loads((v2_site / "dashboard.json").read_text())
+    assert len(grid) == len(V2_MODELS) * len(builders.HISTORY_TARGETS)
+    ov = grid["gemma-tiny-fused-x86_64-2/nan-or-inf"]
+    assert "onnxruntime-openvino" in ov["target"] and "OpenVINOExecutionProvider" in ov["target"]
+    assert ov["provenance"]["package"] == "onnxruntime-openvino" and ov["first_bad"] is None
+    fused = grid["gemma-tiny-fused-x86_64-0/nan-or-inf"]
+    assert fused["report"] == "data/gemma-tiny-fused-x86_64-0/report.md"
+    assert (v2_site / fused["report"]).is_file()
+    # the margin climbs release by release, and is past the ceiling where outputs hold NaN
+    rooms = [fused["margins"][v]["headroom"] for v in V2_VERSIONS if v not in fused["nan_rows"] or
+             not fused["nan_rows"][v]]
+    assert rooms == sorted(rooms) and all(r < 1 for r in rooms)
+    assert all(fused["margins"][v]["headroom"] is None for v, n in fused["nan_rows"].items() if n)  # inf: non-finite
+    arm = grid["gemma-tiny-decomposed-aarch64-1/nan-or-inf"]
+    assert arm["margins"]["1.19.0"]["cosine_min"] == pytest.approx(1 - 1e-4)
+
+
+def test_v2_changes_since_the_previous_run(v2_site):
+    ch = json.loads((v2_site / "changes.json").read_text())
+    assert ch["run_started"].startswith("2026-11-03") and ch["previous_run"].startswith("2026-11-02")
+    assert [v for v, _ in ch["new_releases"]] == [V2_VERSIONS[-1]]
+    assert len(ch["new_releases"][0][1]) == len(V2_MODELS) * len(builders.HISTORY_TARGETS)
+    assert ch["flipped"] == [["gemma-tiny-fused-x86_64-0/nan-or-inf", "1.19.2", "good", "bad"]]
+    assert ["gemma-tiny-fused-x86_64-0/nan-or-inf", "1.20.0", "1.19.2"] in ch["new_boundaries"]
+
+
+def test_v2_in_chromium_at_1400_and_390_px(browser, v2_site):
+    page = v2_site / "index.html"
+    grid = json.loads((v2_site / "dashboard.json").read_text())
+    expected = {(k.split("/")[0], v): verdict for k, g in grid.items() for v, verdict in g["verdicts"].items()}
+    for width, shot in SCREENSHOTS.items():
+        browser.viewport(width, 900)
+        check_page(browser, page)  # no console error, no request beyond file://, no horizontal page overflow
+        cells = browser.eval('[...document.querySelectorAll("#overview td.v[data-verdict]:not(.none)")]'
+                             '.map(td => [td.closest("tr").dataset.run, td.dataset.version, td.dataset.verdict,'
+                             ' td.textContent.trim().length > 0])')
+        assert {(run, v): verdict for run, v, verdict, _ in cells} == expected  # every verdict cell, as judged
+        assert all(has_text for *_, has_text in cells)  # a symbol in each: colour is not the only carrier
+        assert browser.eval('document.querySelector("#changes").getBoundingClientRect().top < '
+                            'document.querySelector("#overview").getBoundingClientRect().top')
+        boundary = browser.eval('[...document.querySelectorAll("#overview tr.row")].filter(r => r.dataset.run == '
+                                '"gemma-tiny-fused-x86_64-0").map(r => [r.querySelector("td.first-bad").dataset.version,'
+                                ' r.querySelector("a.report").getAttribute("href")])[0]')
+        assert boundary == ["1.19.2", "data/gemma-tiny-fused-x86_64-0/report.md"]
+        assert browser.eval('document.querySelectorAll("#overview svg.spark").length') >= len(grid)
+        assert browser.eval('[...document.querySelectorAll("svg.history text")].some(t => '
+                            't.textContent == "2026-11-03")')  # the run's date on the history's axis
+        # the filters: one model, then one target, without a server
+        shown = browser.eval('(() => { const m = document.getElementById("f-model"); m.value = "gemma-tiny-fused";'
+                             ' m.dispatchEvent(new Event("change")); return [...document.querySelectorAll('
+                             '"#overview tr.row")].filter(r => !r.hidden).map(r => r.dataset.model); })()')
+        assert shown == ["gemma-tiny-fused"] * len(builders.HISTORY_TARGETS)
+        SCREENSHOTS[width].parent.mkdir(exist_ok=True)
+        browser.eval('(() => { const m = document.getElementById("f-model"); m.value = "";'
+                     ' m.dispatchEvent(new Event("change")); })()')
+        browser.screenshot(shot)
+        assert shot.stat().st_size > 10_000
+    assert EVIL in browser.eval("document.body.innerText") and browser.eval("typeof window.__pwned") == "undefined"
+    print(f"\nscreenshots: {', '.join(map(str, SCREENSHOTS.values()))}")

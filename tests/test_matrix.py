@@ -162,8 +162,9 @@ def test_workflow_file_is_a_valid_github_workflow():
                            str(WORKFLOW)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     text = WORKFLOW.read_text()
-    for needle in ("matrix cells", "--cell ${{ matrix.index }}", "runs-on: ${{ matrix.runner }}", "bisect merge",
-                   "bisect dashboard", "upload-artifact", "deploy-pages"):
+    for needle in ("matrix cells", "CELL_INDEX: ${{ matrix.index }}", '--cell "$CELL_INDEX"',
+                   "runs-on: ${{ matrix.runner }}", "bisect merge", "bisect dashboard", ".ci/history restore",
+                   ".ci/history save", "upload-artifact", "deploy-pages"):
         assert needle in text, needle
 
 

@@ -45,8 +45,11 @@ def cells(matrix_file, as_json):
 @jobs_option
 @click.option("--keep-going/--fail-fast", default=True, show_default=True,
               help="A cell that cannot run (no qemu here, model not reachable) is reported and the others still run.")
+@click.option("--report", is_flag=True,
+              help="Write the upstream report (results/<run>/report.md, as `bisect report --no-probe`) of each cell "
+                   "that found a boundary; the dashboard links to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
-def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, as_json):
+def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, report, as_json):
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
     from harness.errors import EnvironmentSkip, UsageError
     from harness.matrix import check_cell, load, resolve_range, run_cell, select
@@ -83,6 +86,12 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
         docs.append(res.doc)
         err.print(f"  {escape(res.doc['message'])}")
         err.print(f"  [dim]{res.probed_now} probed, {res.reused} reused; results: {results_dir / res.run_id}[/]")
+        if report and res.doc.get("first_bad"):
+            from harness import upstream
+
+            doc = upstream.build(results_dir / res.run_id, cache_dir=cache_dir, offline=offline, probe=False,
+                                 log=log_to_stderr)
+            err.print(f"  [dim]report: {escape(str(upstream.save(results_dir / res.run_id, doc)))}[/]")
     if as_json:
         click.echo(json.dumps({"matrix": str(matrix_file), "cells": docs, "failed": failed}))
     else:

@@ -44,6 +44,7 @@ def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
         raise UsageError(f"{run}: no probes recorded in this run; nothing to report")
     doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
                          embed_limit=embed_limit, log=log_to_stderr)
+    saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
-    err.print(f"repro script: {run_dir / doc['repro']['file']}")
+    err.print(f"repro script: {run_dir / doc['repro']['file']}; report: {saved}")
     return 0
