@@ -135,7 +135,8 @@ def rows_summary(result: dict | None) -> dict:
     res = result or {}
     outs = res.get("outputs") or []
     union = res.get("rows") if isinstance(res.get("rows"), dict) else {}
-    rest = [o for o in outs if o.get("name") not in set(union.get("outputs") or [])]
+    counted = set(union.get("outputs") or [])
+    rest = [o for o in outs if o.get("name") not in counted]
 
     def most(key: str, per_output=None) -> int:
         per_output = per_output or (lambda o: o.get(key) or 0)
@@ -163,9 +164,9 @@ def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] |
         m = probe_metrics(record.get("result"), outputs, reference, reference_id)
     else:
         m = of_record(record)
-    verdict, why, held = classify(record, predicate, m)
     # a skipped probe's numbers are not the release's (a provider fallback ran something else): none are shown
     s = rows_summary(None if record.get("status") == "skip" else record.get("result"))
+    verdict, why, held = classify(record, predicate, m, s)
     return {**record, "verdict": verdict, "why": why, "predicate": str(predicate), "decided_by": held,
             "metrics": m, "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
 
@@ -204,11 +205,13 @@ def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | None, str]:
     return v > b, f"max relative difference {v:.3g}"
 
 
-def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None) -> tuple[str, str, list[str]]:
+def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None,
+             summary: dict | None = None) -> tuple[str, str, list[str]]:
     """(verdict, reason, the conditions that held) for one stored probe outcome.
 
     `outcome` holds `status` (ran / skip / timeout / crash / error) and, when
-    the worker finished, its `result`; `metrics` are the probe's (of_record).
+    the worker finished, its `result`; `metrics` are the probe's (of_record),
+    `summary` its rows_summary where the caller has it already.
     """
     status = outcome["status"]
     if status in ("error", "crash") and status in predicate.kinds:
@@ -216,7 +219,7 @@ def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None) -
         return "bad", outcome.get("reason", status), [cond]
     if status != "ran":
         return status, outcome.get("reason", status), []
-    s = rows_summary(outcome.get("result"))
+    s = summary if summary is not None else rows_summary(outcome.get("result"))
     m = metrics if metrics is not None else of_record(outcome)
     measured = [(c, *_measure(c, s, m)) for c in predicate.conditions]
     held = [(c, what) for c, holds, what in measured if holds]
