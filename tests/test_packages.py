@@ -134,12 +134,10 @@ def test_merged_sources_unite_the_wheels_of_a_version():
 
 # -- refusals before anything is listed or installed ------------------------------------------
 
-@pytest.fixture(scope="module")
-def model(tmp_path_factory):
-    d = tmp_path_factory.mktemp("packages")
-    path = builders.save(builders.residual_norm_model(), d / "m.onnx")
-    np.savez(d / "m.npz", **builders.residual_norm_inputs())
-    return path, d / "m.npz"
+@pytest.fixture
+def model(residual_norm):
+    """The shared residual-norm model and batch (conftest): these requests are refused before any probe."""
+    return residual_norm
 
 
 @pytest.fixture

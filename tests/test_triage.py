@@ -119,18 +119,10 @@ def test_repeat_classifies_nondeterministic_model(bisect, tmp_path):
 # --- real releases: aarch64 under QEMU --------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def overflow(tmp_path_factory):
-    d = tmp_path_factory.mktemp("overflow")
-    model = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
-    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-    return model, d / "batch.npz"
-
-
 @pytest.mark.release
 @pytest.mark.qemu
-def test_options_matrix_first_bad_aarch64(bisect, overflow, tmp_path):
-    model, batch = overflow
+def test_options_matrix_first_bad_aarch64(bisect, residual_overflow, tmp_path):
+    model, batch = residual_overflow
     r = cli(bisect, "options", "--model", str(model), "--inputs", str(batch), "--version", "1.24.1",
             "--arch", "aarch64", "--backend", "qemu", "--threads", "1", "-j", "2", results=tmp_path)
     assert r.returncode == 0, r.stderr
