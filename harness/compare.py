@@ -65,7 +65,7 @@ def compare(spec: SearchSpec, version: str, packages: list[Package], cosine: flo
     for s in specs:
         plan = make_plan(s, command, log)  # the ordinary run of this package and provider: its probes are reused
         rec = probe_releases(plan, [version], observer)[version]
-        outputs = _load(plan.store.outputs_path(version)) if rec["status"] == "ran" else None
+        outputs = plan.store.outputs(version) if rec["status"] == "ran" else None
         row = _row(s.package, rec, plan.store.run_id)
         if first is None:
             first = (row, outputs)
@@ -149,9 +149,3 @@ def sentence(doc: dict) -> str:
         text += " Not compared: " + "; ".join(skipped) + "."
     return text
 
-
-def _load(path) -> dict[str, np.ndarray] | None:
-    if not path.exists():
-        return None
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}

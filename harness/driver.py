@@ -24,7 +24,7 @@ from harness.history import latest_by_version, own_records
 from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, run_probe
 from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
-from harness.results import RunStore
+from harness.results import RunStore, load_outputs
 from harness.runners.base import Runner, kill_live_workers
 from harness.search import Step, bisect_step, sweep_step
 from harness.verdicts import Predicate, judge
@@ -79,7 +79,7 @@ class Driver:
         if ref is None or record.get("status") != "ran" or stored == ref.id:
             return judge(record, self.predicate)
         arrays = self._reference_arrays(record["version"])
-        outputs = _load(self.store.outputs_path(record["version"]))
+        outputs = self.store.outputs(record["version"])
         return judge(record, self.predicate, arrays, outputs, ref.id)
 
     def run(self, mode: str = "regression", sweep: bool = False) -> RunOutcome:
@@ -158,7 +158,7 @@ class Driver:
             arrays, outputs = None, None
             if self.reference is not None:
                 arrays = fp32_arrays if made else self._reference_arrays(release.version)
-                outputs = _load(self.store.outputs_path(release.version, series)) if arrays is not None else None
+                outputs = self.store.outputs(release.version, series) if arrays is not None else None
             rec["metrics"] = probe_metrics(rec.get("result"), outputs, arrays,
                                            self.reference.id if arrays is not None else None)
             if self.reference is not None and arrays is None:
@@ -181,7 +181,7 @@ class Driver:
         for rec in sorted(mine, key=lambda r: r.get("finished") or "", reverse=True):
             path = self.store.outputs_path(version, rec.get("series"))
             if rec["status"] == "ran" and path.exists():
-                ref.arrays = _load(path)
+                ref.arrays = load_outputs(path)
                 return
         inside = next((r for r in self.releases if r.version == version), None)
         series = None if inside else RELEASE_SERIES
@@ -198,7 +198,7 @@ class Driver:
         if rec["status"] != "ran":
             raise HarnessError(f"--reference-release {version}: the reference did not run ({rec['status']}: "
                                f"{rec.get('reason')}); choose another release")
-        ref.arrays = _load(self.store.outputs_path(version, series))
+        ref.arrays = self.store.outputs(version, series)
 
     def _fp32_missing(self, version: str) -> bool:
         if self.reference is None or self.reference.kind != "fp32":
@@ -222,7 +222,7 @@ class Driver:
         with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-fp32-") as scratch:
             rec = run_probe(self.runner, release, job, Path(scratch), path)
         rec.update(series=FP32_SERIES, reference=self.reference.id)
-        return rec, (_load(path) if rec["status"] == "ran" else None)
+        return rec, (load_outputs(path) if rec["status"] == "ran" else None)
 
     def _reference_arrays(self, version: str) -> dict[str, np.ndarray] | None:
         ref = self.reference
@@ -233,7 +233,7 @@ class Driver:
         rec = self._fp32_record(version)
         if rec is None or rec["status"] != "ran":
             return None
-        return _load(self.store.outputs_path(version, FP32_SERIES))
+        return self.store.outputs(version, FP32_SERIES)
 
     def _prefetch(self, pool: ThreadPoolExecutor, release: Release) -> None:
         with self._lock:
@@ -256,9 +256,3 @@ class Driver:
         share = max(1, (os.cpu_count() or 1) // self.jobs)
         return dataclasses.replace(self.job, session_options={**self.job.session_options, "intra_op_num_threads": share})
 
-
-def _load(path: Path) -> dict[str, np.ndarray] | None:
-    if not path.exists():
-        return None
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}

@@ -256,6 +256,10 @@ class RunStore:
         """The saved outputs of one probe (`series` tells apart several probes of one release)."""
         return self.dir / "outputs" / (f"{version}-{series}.npz" if series else f"{version}.npz")
 
+    def outputs(self, version: str, series: str | None = None) -> dict | None:
+        """The saved outputs of one probe as arrays by name, or None when none were saved."""
+        return load_outputs(self.outputs_path(version, series))
+
     def work_dir(self, name: str) -> Path:
         """Scratch space of one probe, removed by the probe when it ends."""
         return self.dir / "work" / name
@@ -332,3 +336,13 @@ def _settle_tail(fd: int) -> None:
             raise OSError(28, os.strerror(28))
     else:
         os.ftruncate(fd, cut)
+
+
+def load_outputs(path: Path) -> dict | None:
+    """Arrays by name from a saved outputs .npz, or None when there is no such file."""
+    import numpy as np  # here, not at import: readers of history alone need no numpy
+
+    if not path.exists():
+        return None
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}
