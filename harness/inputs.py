@@ -13,6 +13,8 @@ from onnx.helper import tensor_dtype_to_np_dtype
 from harness.errors import UsageError
 from harness.models import ResolvedModel, batch_spec, user_file
 
+MASK_INPUT = "attention_mask"  # a token model's padding mask: rows are as long as their 1s
+
 
 def load_npz(path: Path, flag: str = "--inputs") -> dict[str, np.ndarray]:
     """The arrays of an .npz file the user named with `flag`; anything unreadable is a UsageError."""
@@ -161,3 +163,58 @@ def default_batch(model: ResolvedModel, cache_dir: Path) -> Path:
         np.savez(tmp, **arrays)
         os.replace(tmp, path)
     return path
+
+
+def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.ndarray]:
+    """The batch cut to `rows` (axis 0), and, for token inputs, to the longest kept row."""
+    cut = {k: np.ascontiguousarray(v[rows]) for k, v in arrays.items()}
+    mask = cut.get(MASK_INPUT)
+    if mask is not None and mask.ndim == 2 and mask.any():
+        length = int(np.nonzero(mask.any(axis=0))[0].max()) + 1
+        width = mask.shape[1]
+        cut = {k: np.ascontiguousarray(v[:, :length]) if v.ndim >= 2 and v.shape[1] == width else v
+               for k, v in cut.items()}
+    return cut
+
+
+def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None) -> list[int]:
+    """Rows (axis 0) with a NaN or Inf in any of the outputs."""
+    bad = None
+    for name, a in outputs.items():
+        if names and name not in names or a.dtype.kind not in "fc" or a.ndim == 0:
+            continue
+        rows = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
+        bad = rows if bad is None else (bad | rows if bad.shape == rows.shape else bad)
+    return [] if bad is None else [int(i) for i in np.nonzero(bad)[0]]
+
+
+def rows_by_length(arrays: dict[str, np.ndarray]) -> list[int]:
+    """Row indices, longest first (tokens of the padding mask; ties and mask-less batches in row order).
+
+    The longest rows are the likeliest to hold what overflows: the fewest-rows
+    search tries them first.
+    """
+    n = next(iter(arrays.values())).shape[0]
+    mask = arrays.get(MASK_INPUT)
+    lengths = mask.reshape(n, -1).sum(axis=1) if mask is not None and mask.ndim >= 2 else np.zeros(n)
+    return sorted(range(n), key=lambda i: (-int(lengths[i]), i))
+
+
+def length_chunks(arrays: dict[str, np.ndarray], keep: float = 2 / 3) -> list[list[int]]:
+    """Every row once, in groups of similar length (longest first): a group starts where a row is shorter
+    than `keep` of its group's first row, so a group cut to its longest row wastes little on padding.
+
+    A batch without a padding mask is one group: its rows are all as long as the batch.
+    """
+    order = rows_by_length(arrays)
+    mask = arrays.get(MASK_INPUT)
+    if mask is None or mask.ndim < 2:
+        return [order]
+    lengths = mask.reshape(mask.shape[0], -1).sum(axis=1)
+    chunks: list[list[int]] = []
+    for i in order:
+        if chunks and lengths[i] >= keep * lengths[chunks[-1][0]]:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks

@@ -35,13 +35,13 @@ import numpy as np
 import onnx
 
 from harness import surgery
+from harness.inputs import MASK_INPUT, bad_rows, take_rows  # noqa: F401  (the reduction's vocabulary)
 from harness.subgraph import Graph, model_bytes, needed
 from harness.probe import ProbeJob, run_probe
 from harness.results import RunStore
 from harness.verdicts import judge
 
 REDUCED = "reduced"  # results/<run>/reduced/: model.onnx, inputs.npz, reduce.json and the probes that made them
-MASK_INPUT = "attention_mask"
 
 
 # --- pure search helpers -------------------------------------------------------------------------
@@ -97,33 +97,10 @@ def last_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
     return lo
 
 
-def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.ndarray]:
-    """The batch cut to `rows` (axis 0), and, for token inputs, to the longest kept row."""
-    cut = {k: np.ascontiguousarray(v[rows]) for k, v in arrays.items()}
-    mask = cut.get(MASK_INPUT)
-    if mask is not None and mask.ndim == 2 and mask.any():
-        length = int(np.nonzero(mask.any(axis=0))[0].max()) + 1
-        width = mask.shape[1]
-        cut = {k: np.ascontiguousarray(v[:, :length]) if v.ndim >= 2 and v.shape[1] == width else v
-               for k, v in cut.items()}
-    return cut
-
-
 def take_positions(arrays: dict[str, np.ndarray], positions: list[int], length: int) -> dict[str, np.ndarray]:
     """Every array whose axis 1 has `length` entries, cut to `positions` on that axis (tokens of a sequence)."""
     return {k: np.ascontiguousarray(v[:, positions]) if v.ndim >= 2 and v.shape[1] == length else v
             for k, v in arrays.items()}
-
-
-def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None) -> list[int]:
-    """Rows (axis 0) with a NaN or Inf in any of the outputs."""
-    bad = None
-    for name, a in outputs.items():
-        if names and name not in names or a.dtype.kind not in "fc" or a.ndim == 0:
-            continue
-        rows = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
-        bad = rows if bad is None else (bad | rows if bad.shape == rows.shape else bad)
-    return [] if bad is None else [int(i) for i in np.nonzero(bad)[0]]
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:

@@ -75,7 +75,8 @@ def fp32_model(resolved, cache_dir: Path) -> tuple[Path, str]:
         from harness import embedded
 
         made = embedded.materialize(spec.generator, Path(cache_dir) / "models" / spec.name)
-        return Path(made["model_fp32"]), "the embedded model's fp32 twin, same weights"
+        if made.get("model_fp32"):  # the full-size model has none: converted below like any model
+            return Path(made["model_fp32"]), "the embedded model's fp32 twin, same weights"
     from harness.mitigate import to_fp32
 
     dest = Path(cache_dir) / "references" / f"{resolved.digest[:16]}.fp32.onnx"

@@ -131,6 +131,27 @@ def reduction_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def rows_summary(doc: dict) -> str:
+    """Which rows decided each probe of a fewest-rows search, and how the boundary was held to the full batch."""
+    lines = []
+    for s in doc["searches"]:
+        probes = ", ".join(f"{p['version']} {verdict(p['verdict'])}" for p in s["probes"])
+        lines.append(f"rows {s['rows']} of {doc['batch_rows']} ({s['status']}, run {s['run_id']}): {probes}")
+    held = doc.get("verified_on_full_batch")
+    if held:
+        lg, fb = held["last_good"], held["first_bad"]
+        groups = ", ".join(f"{len(g['rows'])} {verdict(g['verdict'])}" for g in lg["groups"])
+        lines.append(f"{lg['version']}: every row of the batch ({lg['rows']}) ran, in {len(lg['groups'])} probes of "
+                     f"similar length ({groups}); {fb['version']}: rows {fb['bad_rows']} of the batch are bad")
+        same = held["rows_independent"]
+        diffs = ", ".join(f"{k} {v:.3g}" for k, v in same["max_abs_diff"].items()) or "no output to compare"
+        lines.append(f"rows alone and among the batch at {lg['version']}: "
+                     + ("the same outputs" if same["same"] else f"largest difference {diffs}"))
+    if doc.get("fallback"):
+        lines.append(f"{escape(doc['fallback'])}: searched on the full batch")
+    return "\n".join(lines)
+
+
 # --- triage --------------------------------------------------------------------------------
 
 

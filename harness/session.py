@@ -49,6 +49,14 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     driver = Driver(plan.runner, plan.releases, store, plan.job, plan.predicate, plan.reference,
                     observer=observer, jobs=jobs, prefetch=prefetch)
     outcome = driver.run(mode=mode, sweep=sweep)
+    return finish(plan, outcome, started, mode=mode, sweep=sweep, refresh=refresh, explain=explain,
+                  cell_key=cell_key, extra=extra, log=log)
+
+
+def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regression", sweep: bool = False,
+           refresh: bool = False, explain: bool = False, cell_key: str | None = None, extra: dict | None = None,
+           log=None) -> Search:
+    """The run document of a search's outcome (explained if asked), kept in the run's store."""
     doc = summary(outcome, mode, plan.store.run_id, sweep=sweep)
     if explain and doc["status"] == "found":
         lo, hi = plan.releases[outcome.step.lo].version, plan.releases[outcome.step.hi].version
@@ -70,12 +78,17 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     return Search(plan, outcome, doc)
 
 
-def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = None) -> dict[str, dict]:
-    """Judged records of `versions` (probed now unless the run already holds them)."""
+def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = None,
+                   jobs: int = 1) -> dict[str, dict]:
+    """Judged records of `versions` (probed now, `jobs` at once, unless the run already holds them)."""
+    return probe_outcome(plan, versions, observer, jobs).records
+
+
+def probe_outcome(plan: Plan, versions: list[str], observer: Observer | None = None, jobs: int = 1) -> RunOutcome:
+    """The driver's outcome over just `versions`: their judged records and which were probed now."""
     wanted = [r for r in plan.releases if r.version in set(versions)]
-    outcome = Driver(plan.runner, wanted, plan.store, plan.job, plan.predicate, plan.reference,
-                     observer=observer, prefetch=False).run(sweep=True)
-    return outcome.records
+    return Driver(plan.runner, wanted, plan.store, plan.job, plan.predicate, plan.reference,
+                  observer=observer, jobs=jobs, prefetch=False).run(sweep=True)
 
 
 # --- reading a search back ---------------------------------------------------------------------

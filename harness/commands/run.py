@@ -24,6 +24,9 @@ search_options = compose(model_options, reduced_option, range_options, target_op
 @click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
 @click.option("--reduce", "reduce_", is_flag=True,
               help="Then shrink the regression to the fewest rows and nodes that still flip (as `bisect reduce`).")
+@click.option("--rows", type=click.Choice(["all", "fewest"]), default="all", show_default=True,
+              help="fewest: search on the longest rows first (twice as many while no row flips), then verify "
+                   "the boundary on the full batch; for emulated probes of big models.")
 def command(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""
     return search_and_render(opts, sweep=False)
@@ -63,16 +66,23 @@ def search_and_render(opts: dict, sweep: bool) -> int:
 
 
 def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
+    from harness import fewrows
     from harness.plan import make_plan
-    from harness.render import ProbeLines, reduction_summary, run_table
+    from harness.render import ProbeLines, reduction_summary, rows_summary, run_table
     from harness.session import run_search
 
+    strategy = opts.get("rows", "all")
+    fewrows.check(opts.get("mode", "regression"), sweep, strategy)
     plan = make_plan(spec, log=log_to_stderr)
     with ProbeLines(err) as progress:
         try:
-            found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
-                               jobs=opts["jobs"], prefetch=opts["prefetch"], explain=opts.get("explain", False),
-                               log=log_to_stderr)
+            if strategy == "fewest":
+                found = fewrows.search(spec, plan, observer=progress, jobs=opts["jobs"], prefetch=opts["prefetch"],
+                                       explain=opts.get("explain", False), log=log_to_stderr)
+            else:
+                found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
+                                   jobs=opts["jobs"], prefetch=opts["prefetch"],
+                                   explain=opts.get("explain", False), log=log_to_stderr)
         except KeyboardInterrupt:
             done = len(plan.store.records())
             err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
@@ -85,6 +95,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
         doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr)
     if not opts["as_json"]:
         out.print(run_table(doc))
+        if "rows" in doc:
+            out.print(rows_summary(doc["rows"]))
         out.print(doc["message"])
         out.print(f"Bad means: {escape(doc['bad_means'])}.")
         if "explanation" in doc:

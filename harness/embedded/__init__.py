@@ -19,7 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from . import rmsnorm
+from . import gemma300m, generator, rmsnorm
 from .generator import DEFAULT_SEED, VARIANTS, VariantSpec, build_model, model_bytes
 from .tokenizer import LENGTHS, LOREM, build_tokenizer, encode_batch, repro_texts
 
@@ -64,6 +64,8 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
     """
     if variant == rmsnorm.NAME:
         return _materialize_files(variant, Path(dest_dir), rmsnorm.files())
+    if variant == gemma300m.NAME:
+        return _materialize_300m(Path(dest_dir), seed)
     if variant not in VARIANTS:
         raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
     dest = Path(dest_dir)
@@ -96,11 +98,54 @@ def _materialize_files(variant: str, dest: Path, files: dict[str, bytes]) -> dic
             "model_fp32": dest / "model_fp32.onnx", "tokenizer": None, "batch": dest / "batch.npz", "sha256": digests}
 
 
-def _code_digest() -> str:
+def _materialize_300m(dest: Path, seed: int) -> dict:
+    """gemma-300m-synthetic: model.onnx, its external data and the tokenizer, written once per recipe.
+
+    About 600 MB: the stamp records each file's size and mtime instead of a
+    digest, so a warm call costs a few stats, not a pass over the weights.
+    """
+    dest.mkdir(parents=True, exist_ok=True)
+    recipe = {"variant": gemma300m.NAME, "seed": seed, "code": _code_digest(("gemma300m.py", "generator.py", "tokenizer.py"))}
+    names = ("model.onnx", gemma300m.DATA_FILE, "tokenizer.json")
+    stamp = dest / "materialized.json"
+    try:
+        made = json.loads(stamp.read_text())
+        if made["recipe"] == recipe and all(list(_stat(dest / n)) == made["files"][n] for n in names):
+            return _paths_300m(dest, seed)
+    except (OSError, ValueError, KeyError):
+        pass
+    tmp_data = dest / f".{gemma300m.DATA_FILE}.{os.getpid()}.tmp"
+    try:
+        with open(tmp_data, "wb") as fh:
+            model = gemma300m.build(gemma300m.PUBLISHED, seed, external=generator.ExternalData(fh, gemma300m.DATA_FILE))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp_data, dest / gemma300m.DATA_FILE)
+    finally:
+        tmp_data.unlink(missing_ok=True)
+    _write_atomic(dest / "model.onnx", model.SerializeToString(deterministic=True))
+    _write_atomic(dest / "tokenizer.json", build_tokenizer().to_str().encode("utf-8"))
+    files = {n: list(_stat(dest / n)) for n in names}
+    _write_atomic(stamp, json.dumps({"recipe": recipe, "files": files}).encode())
+    return _paths_300m(dest, seed)
+
+
+def _stat(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns
+
+
+def _paths_300m(dest: Path, seed: int) -> dict:
+    # No fp32 twin is written (1.2 GB): a reference in fp32 is converted on demand like any model's.
+    return {"variant": gemma300m.NAME, "seed": seed, "dir": dest, "model": dest / "model.onnx",
+            "data": dest / gemma300m.DATA_FILE, "model_fp32": None, "tokenizer": dest / "tokenizer.json"}
+
+
+def _code_digest(names: tuple[str, ...] = ("generator.py", "tokenizer.py")) -> str:
     """The generator's own source: a change to it makes new models."""
     here = Path(__file__).parent
     h = hashlib.sha256()
-    for name in ("generator.py", "tokenizer.py"):
+    for name in names:
         h.update((here / name).read_bytes())
     return h.hexdigest()
 

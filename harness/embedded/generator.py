@@ -243,17 +243,22 @@ def _norm_weight(rng: np.random.Generator, special: tuple[int, ...]) -> np.ndarr
 # ---------------------------------------------------------------- graph
 
 class _Graph:
-    def __init__(self, np_dtype, onnx_dtype):
+    def __init__(self, np_dtype, onnx_dtype, external=None):
         self.np_dtype = np_dtype
         self.dt = onnx_dtype
         self.nodes: list[onnx.NodeProto] = []
         self.inits: list[onnx.TensorProto] = []
         self._init_names: set[str] = set()
+        self.external = external  # an ExternalData: large weights go to its file, not into the proto
 
     def init(self, name: str, arr: np.ndarray) -> str:
         if name not in self._init_names:
             self._init_names.add(name)
-            self.inits.append(numpy_helper.from_array(np.ascontiguousarray(arr), name))
+            arr = np.ascontiguousarray(arr)
+            if self.external is not None and arr.nbytes >= self.external.threshold:
+                self.inits.append(self.external.tensor(name, arr))
+            else:
+                self.inits.append(numpy_helper.from_array(arr, name))
         return name
 
     def const(self, name: str, value, dtype=None) -> str:
@@ -269,6 +274,33 @@ class _Graph:
         outs = [out] if out else [f"{name}_output_{k}" for k in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain, **attrs))
         return outs[0] if n_out == 1 else outs
+
+
+class ExternalData:
+    """Initializers of `threshold` bytes or more written one by one into one data file beside the model.
+
+    A model of hundreds of MB never has its weights in the protobuf (whose
+    ceiling is 2 GB) nor twice in memory; offsets are 64-byte aligned, as
+    onnx's own writer aligns them.
+    """
+
+    def __init__(self, fh, location: str, threshold: int = 1024):
+        self.fh, self.location, self.threshold = fh, location, threshold
+        self.offset = 0
+
+    def tensor(self, name: str, arr: np.ndarray) -> onnx.TensorProto:
+        pad = -self.offset % 64
+        self.fh.write(b"\0" * pad)
+        self.offset += pad
+        raw = arr.tobytes()
+        self.fh.write(raw)
+        t = onnx.TensorProto(name=name, data_type=helper.np_dtype_to_tensor_dtype(arr.dtype), dims=arr.shape)
+        t.data_location = onnx.TensorProto.EXTERNAL
+        for key, value in (("location", self.location), ("offset", str(self.offset)), ("length", str(len(raw)))):
+            entry = t.external_data.add()
+            entry.key, entry.value = key, value
+        self.offset += len(raw)
+        return t
 
 
 def _rmsnorm(g: _Graph, prefix: str, x: str, weight: np.ndarray, fused: bool,
@@ -306,13 +338,13 @@ def _gelu_tanh(g: _Graph, prefix: str, x: str) -> str:
     return g.node("Mul", f"{prefix}/Mul_3", [y, g.const("/model/gelu/half", 0.5)])
 
 
-def _rotary(g: _Graph, prefix: str, x: str, cos: str, sin: str) -> str:
-    half = HEAD_DIM // 2
+def _rotary(g: _Graph, prefix: str, x: str, cos: str, sin: str, head_dim: int = HEAD_DIM) -> str:
+    half = head_dim // 2
     x1 = g.node("Slice", f"{prefix}/Slice", [x, g.ints("/model/rope/zero", [0]),
                                             g.ints("/model/rope/half", [half]),
                                             g.ints("/model/axes_last", [-1])])
     x2 = g.node("Slice", f"{prefix}/Slice_1", [x, g.ints("/model/rope/half", [half]),
-                                              g.ints("/model/rope/full", [HEAD_DIM]),
+                                              g.ints("/model/rope/full", [head_dim]),
                                               g.ints("/model/axes_last", [-1])])
     nx2 = g.node("Neg", f"{prefix}/Neg", [x2])
     rot = g.node("Concat", f"{prefix}/Concat", [nx2, x1], axis=-1)

@@ -1,0 +1,60 @@
+"""The fewest-rows search: rows longest first, doubled while no row flips, the boundary held to every row."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from harness import embedded, inputs
+from harness.embedded import LOREM
+
+pytestmark = pytest.mark.release
+
+
+def test_rows_longest_first_and_groups_of_similar_length():
+    mask = np.zeros((6, 10), np.int64)
+    for row, n in enumerate([3, 10, 7, 3, 1, 6]):
+        mask[row, :n] = 1
+    arrays = {"input_ids": mask * 5, "attention_mask": mask}
+    assert inputs.rows_by_length(arrays) == [1, 2, 5, 0, 3, 4]  # ties keep row order
+    assert inputs.length_chunks(arrays) == [[1, 2], [5], [0, 3], [4]]  # 7 >= 2/3 of 10, 6 < 2/3 of 10 ...
+    assert sorted(r for c in inputs.length_chunks(arrays) for r in c) == list(range(6))
+    flat = {"x": np.ones((4, 3), np.float32)}  # no padding mask: one group, rows in order
+    assert inputs.rows_by_length(flat) == [0, 1, 2, 3] and inputs.length_chunks(flat) == [[0, 1, 2, 3]]
+
+
+def test_the_longest_row_decides_and_every_row_holds_on_the_last_good_release(bisect):
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.20.0", "--rows", "fewest", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    rows = doc["rows"]
+    assert [s["rows"] for s in rows["searches"]] == [[12]]  # 4621 characters: the longest row
+    held = rows["verified_on_full_batch"]
+    assert held["last_good"]["version"] == "1.19.2" and held["last_good"]["rows"] == 20
+    assert sorted(r for g in held["last_good"]["groups"] for r in g["rows"]) == list(range(20))
+    assert {g["verdict"] for g in held["last_good"]["groups"]} == {"good"}
+    assert held["rows_independent"]["same"], held["rows_independent"]
+    assert doc["probe_count"] == rows["subset_probes"] + len(held["last_good"]["groups"])
+    assert "every row of the batch is good on 1.19.2" in doc["message"]
+
+
+def test_rows_double_while_the_endpoints_agree(bisect, tmp_path):
+    no_trigger = LOREM.replace("laborum", "laboris") * 8  # the longest row: 512 tokens, never overflows
+    texts = [no_trigger, LOREM[:700], LOREM[:90], LOREM[:60]]  # row 1 holds the trigger word
+    ids, mask = embedded.encode_batch(texts)
+    np.savez(tmp_path / "batch.npz", input_ids=ids, attention_mask=mask)
+    r = bisect("run", "--model", "gemma-tiny-fused", "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2",
+               "--to", "1.20.0", "--rows", "fewest", "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    searches = doc["rows"]["searches"]
+    assert [(s["rows"], s["status"]) for s in searches] == [([0], "endpoints_agree"), ([0, 1], "found")]
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    assert doc["rows"]["verified_on_full_batch"]["first_bad"]["bad_rows"] == [1]
+
+
+def test_a_fix_cannot_be_searched_on_fewer_rows(bisect):
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.20.0", "--rows", "fewest",
+               "--mode", "fix")
+    assert r.returncode == 2 and "--rows fewest" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
