@@ -437,7 +437,7 @@ class Bench:
         d.mkdir(parents=True, exist_ok=True)
         tiny = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
         np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-        from harness.runners.docker_engine import engine_status
+        from harness.runners.docker_pool import engine_status
 
         docker_ok, docker_why = engine_status()
         targets = [("native x86_64", ["--arch", "x86_64", "--backend", "uv"]),
