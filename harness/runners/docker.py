@@ -147,6 +147,9 @@ class DockerRunner(Runner):
                     e.cpu = _cpuinfo(e.client, e.images[e.arch], e.arch)
             except (de.DockerEngineError, ProvisionError) as exc:
                 raise UsageError(f"--backend docker: engine {e.name}: {exc}".splitlines()[0]) from None
+            except Exception as exc:  # the SDK's or requests' error: the engine went away while it was asked
+                raise UsageError(f"--backend docker: engine {e.name} stopped answering: {type(exc).__name__}: "
+                                 f"{exc}".splitlines()[0]) from None
             log(f"docker engine {e.name}: {e.arch}, {e.info.get('NCPU')} CPUs, Docker {e.info.get('ServerVersion')}, "
                 f"{e.slots} probes at once, {arch} probes " + (f"emulated ({self.cpu})" if emulated else "native"))
         self.image = chosen[0].images[arch]
@@ -208,7 +211,7 @@ class DockerRunner(Runner):
                                platform=de.docker_platform(arch), mem_limit=MEMORY_LIMIT, timeout=timeout,
                                files={"/work/request.json": json.dumps(inside).encode(),
                                       "/harness/worker.py": WORKER.read_bytes()},
-                               fetch=("/work", workdir))
+                               fetch=("/work", workdir), role="probe")
         wanted = request.get("outputs_path")
         if wanted and (workdir / "outputs.npz").exists() and Path(wanted) != workdir / "outputs.npz":
             shutil.move(workdir / "outputs.npz", wanted)

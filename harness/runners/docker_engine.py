@@ -366,6 +366,7 @@ def run_container(
     user: str | None = None,
     workdir: str | None = None,
     pids_limit: int | None = 4096,
+    role: str = "run",
 ) -> ContainerResult:
     """Run ``argv`` in a fresh container of ``image`` and remove it afterwards.
 
@@ -398,7 +399,7 @@ def run_container(
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        labels={LABEL_ROLE: "run"},
+        labels={LABEL_ROLE: role},
         # docker-init as PID 1: the probe then dies of signals like on the
         # host (PID 1 ignores signals it has no handler for) and tini reports
         # 128+N
