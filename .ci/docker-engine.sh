@@ -2,6 +2,7 @@
 # Start / stop a private Docker engine for the docker backend's CI jobs.
 #
 #   eval "$(.ci/docker-engine.sh start STATE_DIR)"   # prints: export DOCKER_HOST=unix://STATE_DIR/docker.sock
+#   .ci/docker-engine.sh start STATE_DIR --name NAME  # a further engine beside the first (no bridge, no iptables)
 #   .ci/docker-engine.sh stop STATE_DIR
 #   .ci/docker-engine.sh binfmt                      # only (re)register aarch64 emulation
 #
@@ -10,6 +11,12 @@
 # aarch64 (flag F, so arm64 containers and debootstrap --arch=arm64 work), then
 # runs dockerd in the background with all its state under STATE_DIR and waits
 # until it answers. `stop` kills exactly the PID in STATE_DIR/dockerd.pid.
+#
+# `--name NAME` starts a further engine on this host, labelled
+# org.ortbisect.engine=NAME, with its own data root, exec root and socket
+# under its STATE_DIR and without a bridge or iptables rules of its own (it
+# would fight the first engine over docker0 and the NAT chains): probes run
+# with no network anyway. Tests use it as a "remote" engine.
 #
 # The aarch64 interpreter: Debian 12's qemu-user-static is QEMU 7.2, which
 # segfaults importing onnxruntime >= 1.28. If a QEMU >= 8 static
@@ -108,7 +115,12 @@ pid_is_dockerd() {
 }
 
 cmd_start() {
-    local state=$1
+    local state=$1 name=${2:-}
+    local extra=()
+    if [ -n "$name" ]; then
+        [[ "$name" =~ ^[a-zA-Z0-9][a-zA-Z0-9_.-]*$ ]] || die "bad engine name: $name"
+        extra=(--label "org.ortbisect.engine=$name" --bridge=none --iptables=false --ip6tables=false)
+    fi
     mkdir -p "$state"
     state=$(cd "$state" && pwd -P)
     # unix socket paths are limited to 107 bytes (containerd's lives under exec-root)
@@ -139,6 +151,7 @@ cmd_start() {
         --data-root "$state/data" \
         --exec-root "$state/exec" \
         --pidfile "$pidfile" \
+        "${extra[@]}" \
         </dev/null >>"$state/dockerd.log" 2>&1 &
     local launched=$!
 
@@ -191,8 +204,11 @@ cmd_stop() {
 }
 
 case "${1:-}" in
-    start) [ $# -eq 2 ] || die "usage: $0 start STATE_DIR"; cmd_start "$2" ;;
+    start)
+        if [ $# -eq 2 ]; then cmd_start "$2"
+        elif [ $# -eq 4 ] && [ "$3" = --name ]; then cmd_start "$2" "$4"
+        else die "usage: $0 start STATE_DIR [--name NAME]"; fi ;;
     stop)  [ $# -eq 2 ] || die "usage: $0 stop STATE_DIR";  cmd_stop "$2" ;;
     binfmt) ensure_packages; ensure_binfmt ;;
-    *) die "usage: $0 start|stop STATE_DIR  |  $0 binfmt" ;;
+    *) die "usage: $0 start STATE_DIR [--name NAME]  |  $0 stop STATE_DIR  |  $0 binfmt" ;;
 esac

@@ -10,7 +10,7 @@ noisy neighbour hits both. Every `bisect` is the real command line
 environments live in a dedicated cache (default ~/.cache/ortbisect-bench,
 or $ORTBISECT_BENCH_CACHE) except where a fresh cache is the point.
 
-Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends, dashboard.
+Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends, dashboard, volumes.
 See benchmarks/README.md for what each one measures and the bound it checks.
 """
 
@@ -48,8 +48,8 @@ RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
 WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
-NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard")
-NO_ENVS = {"dashboard"}  # measurements that need no probe environment (no warm-up)
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes")
+NO_ENVS = {"dashboard", "volumes"}  # measurements that need no probe environment (no warm-up)
 DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
 
@@ -437,7 +437,7 @@ class Bench:
         d.mkdir(parents=True, exist_ok=True)
         tiny = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
         np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-        from harness.runners.docker_engine import engine_status
+        from harness.runners.docker_pool import engine_status
 
         docker_ok, docker_why = engine_status()
         targets = [("native x86_64", ["--arch", "x86_64", "--backend", "uv"]),
@@ -603,6 +603,74 @@ class Bench:
                              note=f"the whole site with the raw data copied next to the page: {site_mb:.1f} MB",
                              data={"sizes": sizes, "site_mb": site_mb}))
 
+    # -- 10. docker volumes ------------------------------------------------------------------------
+    def bench_volumes(self):
+        """A docker probe through volumes and the API against the old bind-mount probe, on the local engine; and the
+        first-use cost of shipping a release's site into a volume (plain, and gzip level 1 as to a remote engine)."""
+        sys.path.insert(0, str(REPO / "tests"))
+        import builders
+        import numpy as np
+
+        from harness.request import release_listing
+        from harness.runners import docker_volumes as dv
+        from harness.runners import make_runner
+        from harness.runners.docker_pool import engine_status
+        from harness.versions import Target
+
+        ok, why = engine_status()
+        if not ok:
+            raise RuntimeError(f"no docker engine: {why}")
+        d = self.tmp / "volumes"
+        d.mkdir(parents=True, exist_ok=True)
+        model = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
+        np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+        version = "1.24.1"
+        release = next(r for r in release_listing(self.cache) if r.version == version)
+        runner = make_runner("docker", Target(self.arch, "3.11"), self.cache)
+        runner.provision(say)
+        env = runner.prepare(release)
+        engine = runner.pool.engines[0]
+        request = {"model": str(model), "inputs": str(d / "batch.npz"), "outputs": [], "session_options": {},
+                   "memory_limit_mb": None, "outputs_path": None, "hold_dir": None}
+        runner.run(env, request, d / "warm", 300)  # volumes in place: what every probe after the first finds
+        sides = {"volumes": [], "bind mounts": []}
+        for i in range(self.reps):
+            order = ["volumes", "bind mounts"] if i % 2 == 0 else ["bind mounts", "volumes"]
+            for side in order:
+                work = self.fresh("probe")
+                t0 = time.perf_counter()
+                if side == "volumes":
+                    out = runner.run(env, request, work, 300)
+                else:
+                    out = _bind_mount_probe(engine.client, engine.images[self.arch], env.path / "site", request, work)
+                sides[side].append(time.perf_counter() - t0)
+                if (out.get("stage") if isinstance(out, dict) else (out.result or {}).get("stage")) != "done":
+                    raise RuntimeError(f"the {side} probe did not finish: {out}")
+        ratio = med(sides["volumes"]) / med(sides["bind mounts"])
+        say(f"volumes: probe {med(sides['volumes']):.2f} s through volumes, {med(sides['bind mounts']):.2f} s with "
+            f"bind mounts: {ratio:.2f}x")
+        self.rows.append(Row("10 volumes", "docker probe through volumes / old bind-mount probe (warm, local engine)",
+                             f"{ratio:.2f}x", "", "info",
+                             note=f"volumes {spread(sides['volumes'])}; bind mounts {spread(sides['bind mounts'])} "
+                                  f"(tiny model, {version}, interleaved)", data=sides))
+        site = env.path / "site"
+        for compress, label in ((False, "plain tar (a local engine)"), (True, "gzip -1 (a remote engine)")):
+            secs, mbs = [], []
+            for _ in range(self.cold_reps):
+                cache = dv.VolumeCache(engine.volumes.engine_id, engine.volumes.lock_dir)
+                name = dv.volume_name("site", self.arch, "py3.11", runner.package.env_name(version),
+                                      dv.tree_digest(site)[:16])
+                dv._remove_volume(engine.client, name)
+                shipped = dv.site_volume(engine.client, cache, engine.images[self.arch], site, self.arch, "3.11",
+                                         runner.package.env_name(version), compress)
+                secs.append(shipped.seconds)
+                mbs.append(shipped.bytes / 1e6)
+            self.rows.append(Row("10 volumes", f"first use: shipping the site of {version} into a volume, {label}",
+                                 f"{med(secs):.1f} s, {med(mbs):.0f} MB", "", "info", note=f"seconds {spread(secs)}",
+                                 data={"seconds": secs, "mb": mbs}))
+        runner.pool.close()
+
+
     # -- report ------------------------------------------------------------------------------------
     def report(self, command: str, wall: float, failures: dict) -> str:
         head = ["#", "target", "measured", "bound", "status"]
@@ -627,6 +695,32 @@ class Bench:
         lines.append(f"{sum(r.status == 'PASS' for r in self.rows)} PASS, {len(misses)} MISS, "
                      f"{len(failures)} not measured · command: {command} · benchmark wall {wall:.0f} s")
         return "\n".join(lines)
+
+
+def _bind_mount_probe(client, image: str, site: Path, request: dict, work: Path) -> dict:
+    """The docker probe as it was before volumes (kept here only to measure against): the site, model, batch, worker
+    and work directory bind-mounted from this machine."""
+    model, inputs = Path(request["model"]), Path(request["inputs"])
+    work.mkdir(parents=True, exist_ok=True)
+    inside = {**request, "model": f"/in/model/{model.name}", "inputs": "/in/inputs.npz",
+              "result_path": "/work/result.json"}
+    (work / "request.json").write_text(json.dumps(inside))
+    binds = {str(site): {"bind": "/site", "mode": "ro"}, str(model.parent): {"bind": "/in/model", "mode": "ro"},
+             str(inputs): {"bind": "/in/inputs.npz", "mode": "ro"}, str(WORKER): {"bind": "/harness/worker.py", "mode": "ro"},
+             str(work): {"bind": "/work", "mode": "rw"}}
+    c = client.containers.create(image, ["python3", "-s", "/harness/worker.py", "/work/request.json"], volumes=binds,
+                                 environment={"PYTHONPATH": "/site", "PYTHONNOUSERSITE": "1"}, network_mode="none",
+                                 cap_drop=["ALL"], security_opt=["no-new-privileges"], init=True, detach=True,
+                                 mem_limit="8g", memswap_limit="8g", pids_limit=4096)
+    try:
+        c.start()
+        c.wait(timeout=300)
+        c.reload()
+        c.logs(stdout=True, stderr=False)
+        c.logs(stdout=False, stderr=True)
+    finally:
+        c.remove(force=True, v=True)
+    return json.loads((work / "result.json").read_text())
 
 
 def _v(text: str):
@@ -660,7 +754,7 @@ def main(argv=None) -> int:
             bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
         for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",
-                     "dashboard"):
+                     "dashboard", "volumes"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

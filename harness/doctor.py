@@ -13,7 +13,8 @@ from pathlib import Path
 from harness.runners import Check, doctor_checks, native_arch
 
 
-def checks(cache_dir: Path) -> list[dict]:
-    """Rows of what/ok/detail/fix; the fixes keep `cache_dir`, so they act on the cache that was checked."""
-    rows = [Check("native arch", True, f"{native_arch()} ({platform.platform()})"), *doctor_checks(cache_dir)]
+def checks(cache_dir: Path, engines: tuple[str, ...] = ()) -> list[dict]:
+    """Rows of what/ok/detail/fix; the fixes keep `cache_dir`, so they act on the cache that was checked; with
+    `engines` (addresses), each engine's reachability, arch and CPU flags."""
+    rows = [Check("native arch", True, f"{native_arch()} ({platform.platform()})"), *doctor_checks(cache_dir, engines)]
     return [asdict(row) for row in rows]

@@ -50,6 +50,7 @@ class SearchSpec:
     memory_limit_mb: int | None = None
     range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
     package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
+    engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
 
 
 @dataclass

@@ -86,6 +86,41 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # the default package sends none, so a default probe's request is what it always was
         **({"providers": providers} if providers else {}),
     }
+    try:
+        out, env, status, reason, hashes = _run(runner, release, env, job, request, workdir)
+    except EnvironmentSkip as exc:  # where the worker runs went away (a remote engine dropped out)
+        shutil.rmtree(workdir, ignore_errors=True)
+        return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
+                "finished": _now()}
+    if out.engine:
+        record["provenance"] = {**record["provenance"], "engine": out.engine}
+    used = (out.result or {}).get("providers_used")
+    record.update(
+        providers={"requested": asked, "used": used},
+        status=status,
+        reason=reason,
+        result=out.result,
+        seconds=out.seconds,
+        repeats=len(hashes),
+        env_seconds=env.seconds if env else None,
+        env_created=env.created if env else None,
+        stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
+        finished=_now(),
+    )
+    # a fallback's outputs are not the provider's: a skipped probe keeps none
+    if outputs_path and status != "skip" and (workdir / "outputs.npz").exists():
+        try:
+            shutil.move(workdir / "outputs.npz", outputs_path)
+        except OSError as exc:
+            record["outputs_saved"] = f"not saved: {exc.strerror or exc}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    return record
+
+
+def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, request: dict, workdir: Path):
+    """The worker run (again on a rebuilt environment when it would not import, and `repeat` times): the outcome,
+    the environment, status, reason and the output hashes of each run; EnvironmentSkip when it could not run."""
+    asked = runner.package.provider
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)
     if status == "error" and (out.result or {}).get("stage") == "import":
@@ -110,26 +145,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         distinct = len({h for h in hashes})
         if distinct > 1:
             status, reason = "nondeterministic", f"{distinct} different outputs in {job.repeat} identical runs"
-    record.update(
-        providers={"requested": asked, "used": used},
-        status=status,
-        reason=reason,
-        result=out.result,
-        seconds=out.seconds,
-        repeats=len(hashes),
-        env_seconds=env.seconds if env else None,
-        env_created=env.created if env else None,
-        stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
-        finished=_now(),
-    )
-    # a fallback's outputs are not the provider's: a skipped probe keeps none
-    if outputs_path and status != "skip" and (workdir / "outputs.npz").exists():
-        try:
-            shutil.move(workdir / "outputs.npz", outputs_path)
-        except OSError as exc:
-            record["outputs_saved"] = f"not saved: {exc.strerror or exc}"
-    shutil.rmtree(workdir, ignore_errors=True)
-    return record
+    return out, env, status, reason, hashes
 
 
 def _output_hashes(result: dict | None) -> tuple | None:

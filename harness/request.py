@@ -177,7 +177,7 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
 
     package(spec.package)
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
-                         spec.package)
+                         spec.package, spec.engines)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
 

@@ -2,7 +2,7 @@
 
 Needs an engine reachable through DOCKER_HOST (``eval "$(.ci/docker-engine.sh
 start /tmp/ortbisect-docker)"``); otherwise every test here is skipped with
-the reason engine_status() gives. Images are built locally (debootstrap,
+the reason docker_pool.engine_status() gives. Images are built locally (debootstrap,
 needs root and, for arm64, qemu binfmt); rootfs tarballs are cached under
 ORTBISECT_TEST_CACHE (default ~/.cache/ortbisect-tests). A first run takes a
 few minutes (arm64 debootstrap under emulation, provision.rootfs); later runs
@@ -20,6 +20,9 @@ from pathlib import Path
 import pytest
 
 from harness.runners import docker_engine as de
+from harness.runners import docker_pool as dp
+
+from engines import ContainerWatch
 
 pytestmark = pytest.mark.docker
 
@@ -51,11 +54,11 @@ def _cache_dir() -> Path:
 
 @pytest.fixture(scope="module")
 def client():
-    ok, reason = de.engine_status()
+    ok, reason = dp.engine_status()
     if not ok:
         print(f"docker tests skipped: {reason}")
         pytest.skip(reason)
-    c = de.client_from_env()
+    c = dp.client_for()
     yield c
     c.close()
 
@@ -74,7 +77,7 @@ def images(client):
 
 
 def test_engine_status_reports_server():
-    ok, reason = de.engine_status()
+    ok, reason = dp.engine_status()
     if not ok:
         print(f"docker tests skipped: {reason}")
         pytest.skip(reason)
@@ -115,28 +118,46 @@ def test_network_is_absent(client, images, arch):
     assert out["route_outside"] is False, out
 
 
-def test_read_only_mount_and_env(client, images, tmp_path):
+def test_volume_files_in_and_results_out_without_a_bind_mount(client, images, tmp_path):
+    """What a probe reads reaches the container through the API (a named volume, files copied in), what it writes
+    comes back the same way, and the container has no bind mount: the engine could be another machine's."""
     image_id = images("amd64")
-    (tmp_path / "hello.txt").write_text("hi from host\n")
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
-    code = (
-        "import os\n"
-        "print(open('/data/hello.txt').read().strip(), os.environ['PROBE_X'])\n"
-        "open('/out/result.txt', 'w').write('ok')\n"
-        "try:\n"
-        "    open('/data/new.txt', 'w')\n"
-        "except OSError as e:\n"
-        "    print('ro', e.errno)\n"
-    )
-    r = de.run_container(
-        client, image_id, ["python3", "-c", code],
-        mounts={tmp_path: ("/data", "ro"), out_dir: ("/out", "rw")},
-        env={"PROBE_X": "42"}, platform="linux/amd64", timeout=60,
-    )
-    assert r.exit_code == 0, r
-    assert r.stdout.splitlines() == ["hi from host 42", "ro 30"]
-    assert (out_dir / "result.txt").read_text() == "ok"
+    name = f"ortbisect-test-{os.getpid()}"
+    (tmp_path / "hello.txt").write_text("hi from the client\n")
+    from harness.runners import docker_volumes as dv
+
+    cache = dv.VolumeCache(client.info()["ID"], tmp_path / "locks")
+    try:
+        shipped = dv.ensure_volume(client, cache, image_id, name, [(tmp_path / "hello.txt", "hello.txt")], {})
+        assert shipped.created and shipped.bytes > 0
+        assert not dv.ensure_volume(client, dv.VolumeCache(cache.engine_id, cache.lock_dir), image_id, name,
+                                    [], {}).created  # complete: reused by a new process's cache
+        code = (
+            "import os\n"
+            "print(open('/data/hello.txt').read().strip(), open('/in/req.txt').read(), os.environ['PROBE_X'])\n"
+            "open('/out/result.txt', 'w').write('ok')\n"
+            "try:\n"
+            "    open('/data/new.txt', 'w')\n"
+            "except OSError as e:\n"
+            "    print('ro', e.errno)\n"
+        )
+        watch = ContainerWatch(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+        try:
+            r = de.run_container(
+                client, image_id, ["python3", "-c", "import time; time.sleep(1)\n" + code],
+                volumes={name: ("/data", "ro")}, files={"/in/req.txt": b"request", "/out/.keep": b""},
+                fetch=("/out", tmp_path / "back"), env={"PROBE_X": "42"}, platform="linux/amd64", timeout=60,
+            )
+        finally:
+            watch.stop()
+        assert r.exit_code == 0, r
+        assert r.stdout.splitlines() == ["hi from the client request 42", "ro 30"]
+        assert (tmp_path / "back" / "result.txt").read_text() == "ok"
+        (attrs,) = watch.inspected.values()
+        assert watch.bind_mounts() == []
+        assert [m["Type"] for m in attrs["HostConfig"].get("Mounts") or []] == ["volume"]
+    finally:
+        client.volumes.get(name).remove(force=True)
 
 
 def test_exit_code_signal_and_stderr(client, images):

@@ -56,7 +56,26 @@ def directory_option(ctx, param, value):
     return value if value is None else directory(value, max(param.opts, key=len))
 
 
+class EngineAddress(click.ParamType):
+    """A Docker engine: ssh://user@host, tcp://host:port, unix:///path or a docker context's name, optionally =N."""
+
+    name = "engine"
+
+    def convert(self, value, param, ctx):
+        from harness.runners import engine_problem
+
+        problem = engine_problem(str(value))
+        if problem:
+            self.fail(f"{value!r}: {problem}", param, ctx)
+        return str(value)
+
+
 # -- option groups (composable decorators, one definition each) ---------------------------
+
+engines_option = click.option(
+    "--docker-host", "engines", type=EngineAddress(), multiple=True, metavar="HOST[=N]",
+    help="A Docker engine to run probes on (repeatable: a pool), as ssh://user@host, tcp://host:port or a docker "
+         "context; =N: at most N probes on it at once (default: its CPUs). Default: DOCKER_HOST.")
 
 def compose(*decorators):
     def apply(f):
@@ -101,6 +120,7 @@ arch_options = compose(
     click.option("--cpu", default=None, help="CPU model to emulate with qemu (default neoverse-n1, which has fp16 arithmetic)."),
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),
+    engines_option,
 )
 target_options = compose(package_options, arch_options)
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
@@ -241,4 +261,5 @@ def search_spec(opts: dict):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
     return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
-                      session_options=session_options, package=package_of(opts), **given)
+                      session_options=session_options, package=package_of(opts),
+                      engines=tuple(opts.get("engines") or ()), **given)

@@ -7,17 +7,18 @@ import json
 import click
 from rich.markup import escape
 
-from harness.commands.common import out, store_options
+from harness.commands.common import engines_option, out, store_options
 
 
 @click.command("doctor")
 @store_options
+@engines_option
 @click.option("--json", "as_json", is_flag=True)
-def command(cache_dir, offline, as_json):
-    """What backends work on this host, and how to fix what does not."""
+def command(cache_dir, offline, engines, as_json):
+    """What backends work on this host (and on the engines named), and how to fix what does not."""
     from harness.doctor import checks
 
-    rows = checks(cache_dir)
+    rows = checks(cache_dir, tuple(engines))
     if as_json:
         out.print_json(json.dumps(rows))
         return 0

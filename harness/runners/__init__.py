@@ -17,6 +17,7 @@ from harness.packages import KEYS as PACKAGE_KEYS
 from harness.packages import Package
 from harness.runners.base import Check, Environment, ProcessOutcome, Runner, native_arch
 from harness.runners.docker import DockerRunner
+from harness.runners.docker_pool import address_problem as engine_problem
 from harness.runners.provision import Log, quiet
 from harness.runners.qemu import QemuRunner
 from harness.runners.uv import UvRunner
@@ -77,12 +78,18 @@ def check_target(backend: str, arch: str, cpu: str | None = None,
 
 
 def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None = None,
-                package: Package | None = None) -> Runner:
-    """A runner for `target` that installs `package` (default: onnxruntime), checked but not provisioned:
-    call its `provision` before the first probe."""
-    runner = REGISTRY[check_target(backend, target.arch, cpu)](target, cache_dir, cpu)
+                package: Package | None = None, engines: tuple[str, ...] = ()) -> Runner:
+    """A runner for `target` that installs `package` (default: onnxruntime) and runs probes on `engines` (addresses,
+    where the backend takes them), checked but not provisioned: call its `provision` before the first probe."""
+    name = check_target(backend, target.arch, cpu)
+    if engines and not REGISTRY[name].takes_engines:
+        takers = [n for n, c in REGISTRY.items() if c.takes_engines]
+        raise UsageError(f"--docker-host {engines[0]}: engines run probes with {_spell_backends(takers, flag)} only"
+                         + ("" if backend == AUTO else f", not {flag('backend', backend)}"))
+    runner = REGISTRY[name](target, cache_dir, cpu)
     if package is not None:
         runner.package = package
+    runner.engines = tuple(engines)
     return runner
 
 
@@ -91,9 +98,9 @@ def describe(provenance: dict, seen_cpu: str | None, version: str, script: str) 
     return REGISTRY.get(provenance.get("backend"), Runner).describe(provenance, seen_cpu, version, script)
 
 
-def doctor_checks(cache_dir: Path) -> list[Check]:
-    """Every backend's checks of this host, in registry order."""
-    return [check for cls in REGISTRY.values() for check in cls.doctor(cache_dir)]
+def doctor_checks(cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:
+    """Every backend's checks of this host, in registry order; with `engines`, those engines too."""
+    return [check for cls in REGISTRY.values() for check in cls.doctor(cache_dir, engines if cls.takes_engines else ())]
 
 
 def setups() -> dict[str, type[Runner]]:
@@ -103,5 +110,5 @@ def setups() -> dict[str, type[Runner]]:
 
 __all__ = [
     "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "ProcessOutcome", "Runner",
-    "check_target", "describe", "doctor_checks", "flag", "make_runner", "native_arch", "quiet", "setups",
+    "check_target", "describe", "doctor_checks", "engine_problem", "flag", "make_runner", "native_arch", "quiet", "setups",
 ]

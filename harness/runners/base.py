@@ -71,6 +71,7 @@ class ProcessOutcome:
     stderr_tail: str
     result: dict | None
     out_of_memory: bool = False
+    engine: dict | None = None  # where the worker ran, when a backend has several places (recorded per probe)
 
 
 def native_arch() -> str:
@@ -110,6 +111,9 @@ class Runner(ABC):
     supports_memory_limit = True
     #: the onnxruntime build a release's environment holds (harness.packages); make_runner sets another
     package: Package = Package()
+    #: whether the backend runs probes on engines named by address (--docker-host); make_runner sets `engines`
+    takes_engines: ClassVar[bool] = False
+    engines: tuple[str, ...] = ()
 
     def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
         self.target = target
@@ -136,8 +140,9 @@ class Runner(ABC):
         return None if cpu in cls.cpus else f"not a CPU model of {cls.backend} (choose one of: {', '.join(cls.cpus)})"
 
     @classmethod
-    def doctor(cls, cache_dir: Path) -> list[Check]:
-        """What this backend needs on the host, checked without changing anything."""
+    def doctor(cls, cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:
+        """What this backend needs on the host (and on `engines`, where it takes them), checked without changing
+        anything."""
         return []
 
     @classmethod

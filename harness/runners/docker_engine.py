@@ -1,6 +1,5 @@
 """Docker engine plumbing for the docker backend.
 
-* :func:`engine_status` - is an engine reachable through ``DOCKER_HOST``?
 * :func:`ensure_image` - the probe image ``ortbisect/probe:<arch>`` for
   ``amd64`` or ``arm64``, built locally (no registry needed): a debootstrap
   root filesystem with CPython 3.11 (``provision.rootfs``) becomes
@@ -11,8 +10,10 @@
   removed.
 
 The probe's site-packages (onnxruntime + numpy for the target architecture)
-is not part of any image: it is bind-mounted read-only at run time and put on
-``PYTHONPATH``.
+is not part of any image: it lives in a named volume on the engine
+(``docker_volumes``), mounted read-only and put on ``PYTHONPATH``. Nothing
+of the client's file system is ever mounted: the engine may be another
+machine's.
 
 Building the base images needs root on the host (debootstrap), and for arm64
 a binfmt_misc registration of qemu-aarch64 with flag F
@@ -23,9 +24,11 @@ a binfmt_misc registration of qemu-aarch64 with flag F
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import signal as _signal
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -46,14 +49,15 @@ __all__ = [
     "ContainerResult",
     "DockerEngineError",
     "base_image_tag",
-    "client_from_env",
     "default_cache_dir",
     "docker_platform",
-    "engine_status",
     "ensure_base_image",
     "ensure_image",
+    "find_image",
     "image_provenance",
     "probe_image_tag",
+    "fetch_dir",
+    "put_files",
     "run_container",
 ]
 
@@ -129,51 +133,14 @@ def default_cache_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- #
-# engine
-# --------------------------------------------------------------------------- #
-
-
-def client_from_env(timeout: int = 120) -> "docker.DockerClient":
-    """A docker SDK client configured from DOCKER_HOST & co."""
-    import docker
-
-    return docker.from_env(timeout=timeout)
-
-
-def engine_status() -> tuple[bool, str]:
-    """(ok, reason): can we talk to an engine through the environment?
-
-    On success the reason names the server version, API version, OS/arch and
-    the DOCKER_HOST in use; on failure it says why (no SDK, no socket, ...).
-    """
-    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock (default)")
-    try:
-        import docker  # noqa: F401
-    except ImportError:
-        return False, "the docker Python SDK is not installed (add docker>=7)"
-    try:
-        client = client_from_env(timeout=10)
-    except Exception as exc:  # DockerException for a missing socket, bad host, ...
-        return False, f"no docker engine at {host}: {exc}"
-    try:
-        client.ping()
-        v = client.version()
-    except Exception as exc:
-        return False, f"docker engine at {host} does not answer: {exc}"
-    finally:
-        try:
-            client.close()
-        except Exception:
-            pass
-    return True, (
-        f"docker engine {v.get('Version', '?')} (API {v.get('ApiVersion', '?')}, "
-        f"{v.get('Os', '?')}/{v.get('Arch', '?')}) at {host}"
-    )
-
-
-# --------------------------------------------------------------------------- #
 # images
 # --------------------------------------------------------------------------- #
+
+
+def find_image(client, ref: str) -> str | None:
+    """The id of image `ref` on the engine, or None."""
+    img = _get_image(client, ref)
+    return img.id if img is not None else None
 
 
 def _get_image(client, ref: str):
@@ -343,45 +310,96 @@ def _signal_from_exit(code: int | None) -> int | None:
     return n
 
 
+def put_files(container, files: Mapping[str, bytes]) -> None:
+    """Copy `files` (absolute container path -> content) into a created container, through the API."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        dirs = sorted({"/".join(p.strip("/").split("/")[:i]) for p in files for i in range(1, p.strip("/").count("/") + 1)})
+        for d in dirs:
+            info = tarfile.TarInfo(d)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, int(time.time())
+            tar.addfile(info)
+        for path, data in files.items():
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+    container.put_archive("/", buf.getvalue())
+
+
+def fetch_dir(container, path: str, into: Path) -> list[str]:
+    """The regular files directly in `path` of a container (running or not) copied into `into`; their names."""
+    import docker.errors
+
+    try:
+        stream, _ = container.get_archive(path)
+    except docker.errors.NotFound:
+        return []
+    spool = tempfile.SpooledTemporaryFile(max_size=64 << 20)
+    for chunk in stream:
+        spool.write(chunk)
+    spool.seek(0)
+    got = []
+    into.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=spool, mode="r|") as tar:
+        for member in tar:
+            parts = member.name.split("/")
+            if not member.isfile() or len(parts) != 2 or parts[1] in ("", ".", ".."):
+                continue
+            with open(into / parts[1], "wb") as out:
+                shutil.copyfileobj(tar.extractfile(member), out)
+            got.append(parts[1])
+    return got
+
+
 def run_container(
     client,
     image: str,
     argv: list[str],
-    mounts: Mapping[str | os.PathLike, tuple[str, str]] | None = None,
+    volumes: Mapping[str, tuple[str, str]] | None = None,
     env: Mapping[str, str] | None = None,
     platform: str | None = None,
     mem_limit: int | str | None = None,
     timeout: float | None = None,
     *,
+    files: Mapping[str, bytes] | None = None,
+    fetch: tuple[str, Path] | None = None,
     user: str | None = None,
     workdir: str | None = None,
     pids_limit: int | None = 4096,
+    role: str = "run",
 ) -> ContainerResult:
     """Run ``argv`` in a fresh container of ``image`` and remove it afterwards.
 
-    ``mounts`` maps host path -> (container path, "ro" | "rw"). The container
-    has no network (``network_mode="none"``), no capabilities and
+    Nothing of the client's file system is mounted (the engine may be another
+    machine's): ``volumes`` maps a named volume on the engine -> (container
+    path, "ro" | "rw"); ``files`` (container path -> bytes) are copied in
+    through the API before the start, and ``fetch=(dir, host_dir)`` copies
+    the regular files of that container directory out after the exit. The
+    container has no network (``network_mode="none"``), no capabilities and
     no-new-privileges; ``mem_limit`` (bytes or "512m") caps memory and swap.
     After ``timeout`` seconds the container is killed (SIGKILL) and the
     result has ``timed_out=True``. The container is removed in every case.
+    An engine that stops answering raises (the docker SDK's or requests'
+    exception), never a result.
     """
     import docker.errors
     import requests.exceptions
+    from docker.types import Mount
 
-    volumes = {}
-    for host, (cpath, mode) in (mounts or {}).items():
+    mounts = []
+    for name, (cpath, mode) in (volumes or {}).items():
         if mode not in ("ro", "rw"):
-            raise ValueError(f"mount mode must be 'ro' or 'rw', not {mode!r}")
-        volumes[os.path.abspath(os.fspath(host))] = {"bind": cpath, "mode": mode}
+            raise ValueError(f"volume mode must be 'ro' or 'rw', not {mode!r}")
+        mounts.append(Mount(cpath, name, type="volume", read_only=mode == "ro"))
 
     kwargs = dict(
         command=list(argv),
         environment=dict(env or {}),
-        volumes=volumes,
+        mounts=mounts,
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        labels={LABEL_ROLE: "run"},
+        labels={LABEL_ROLE: role},
         # docker-init as PID 1: the probe then dies of signals like on the
         # host (PID 1 ignores signals it has no handler for) and tini reports
         # 128+N
@@ -407,6 +425,8 @@ def run_container(
     exit_code: int | None = None
     seconds = 0.0
     try:
+        if files:
+            put_files(container, files)
         t0 = time.monotonic()
         container.start()
         try:
@@ -415,6 +435,8 @@ def run_container(
             exit_code = status.get("StatusCode")
         except (requests.exceptions.ReadTimeout, requests.exceptions.ConnectionError):
             seconds = time.monotonic() - t0
+            if timeout is None or seconds < timeout - 1:
+                raise  # the engine went away, not the probe's time
             timed_out = True
             try:
                 container.kill()
@@ -431,17 +453,25 @@ def run_container(
             exit_code = state.get("ExitCode")
         stdout = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
         stderr = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        if fetch is not None:
+            fetch_dir(container, *fetch)
     finally:
-        try:
-            container.remove(force=True, v=True)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError:
-            # removal already in progress, or engine hiccup: try once more
-            time.sleep(0.5)
-            try:
-                container.remove(force=True, v=True)
-            except docker.errors.APIError:
-                pass
+        _remove(container)
     sig = 9 if timed_out else _signal_from_exit(exit_code)
     return ContainerResult(exit_code, sig, timed_out, stdout, stderr, seconds, oom)
+
+
+def _remove(container) -> None:
+    import docker.errors
+    import requests.exceptions
+
+    for attempt in range(2):
+        try:
+            container.remove(force=True, v=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError:
+            time.sleep(0.5)  # removal already in progress, or engine hiccup: try once more
+        except requests.exceptions.ConnectionError:
+            return  # the engine is gone; the caller sees why

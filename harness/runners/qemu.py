@@ -69,7 +69,7 @@ class QemuRunner(Runner):
         return qp.cpu_problem(cpu, cls.cpus)
 
     @classmethod
-    def doctor(cls, cache_dir: Path) -> list[Check]:
+    def doctor(cls, cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:
         fix = cls.setup_command(cache_dir)
         tools = tools_dir(cache_dir)
         q = qp.find_qemu(tools)

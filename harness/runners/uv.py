@@ -34,7 +34,7 @@ class UvRunner(Runner):
         return (native_arch(),)
 
     @classmethod
-    def doctor(cls, cache_dir: Path) -> list[Check]:
+    def doctor(cls, cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:
         try:
             version = subprocess.run([uv_bin(), "--version"], capture_output=True, text=True).stdout.strip()
         except Exception as exc:  # any failure here is what the row reports
