@@ -48,7 +48,7 @@ RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
 WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
-NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes")
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes", "scale")
 NO_ENVS = {"dashboard", "volumes"}  # measurements that need no probe environment (no warm-up)
 DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
@@ -536,6 +536,12 @@ class Bench:
                                   f"plain worker {spread(plain_walls)}",
                              data={"trace_walls": trace_walls, "plain_walls": plain_walls}))
 
+    # -- 10. real scale: gemma-300m-synthetic natively, traced and emulated (benchmarks/scale.py) -----------------
+    def bench_scale(self):
+        import scale
+
+        scale.run(self, self.args.scale_emulated, sys.modules[__name__])
+
     # -- 9. the nightly at scale: a 20-model x 3-target matrix, a dashboard of 25,000 records ---------------
     def bench_dashboard(self):
         sys.path.insert(0, str(REPO / "tests"))
@@ -738,6 +744,8 @@ def main(argv=None) -> int:
                    help="repetitions of the runs that install environments (prefetch, cold bisect run)")
     p.add_argument("--bench-cache", default=os.environ.get("ORTBISECT_BENCH_CACHE", "~/.cache/ortbisect-bench"))
     p.add_argument("--keep-tmp", action="store_true", help="keep the scratch directories")
+    p.add_argument("--scale-emulated", action="store_true",
+                   help="scale: also the full batch emulated and the whole emulated bisection (hours on 2 cores)")
     args = p.parse_args(argv)
     only = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
     unknown = set(only) - set(NAMES)
@@ -754,7 +762,7 @@ def main(argv=None) -> int:
             bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
         for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",
-                     "dashboard", "volumes"):
+                     "dashboard", "volumes", "scale"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

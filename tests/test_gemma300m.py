@@ -16,7 +16,7 @@ import pytest
 
 from harness import embedded, models
 from harness.embedded import gemma300m as G
-from harness.embedded.generator import ExternalData
+from harness.embedded.graph import ExternalData
 from harness.results import load_outputs
 
 FP16_MAX = 65504.0

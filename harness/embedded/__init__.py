@@ -19,7 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from . import gemma300m, generator, rmsnorm
+from . import gemma300m, graph, rmsnorm
 from .generator import DEFAULT_SEED, VARIANTS, VariantSpec, build_model, model_bytes
 from .tokenizer import LENGTHS, LOREM, build_tokenizer, encode_batch, repro_texts
 
@@ -105,7 +105,7 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
     digest, so a warm call costs a few stats, not a pass over the weights.
     """
     dest.mkdir(parents=True, exist_ok=True)
-    recipe = {"variant": gemma300m.NAME, "seed": seed, "code": _code_digest(("gemma300m.py", "generator.py", "tokenizer.py"))}
+    recipe = {"variant": gemma300m.NAME, "seed": seed, "code": _code_digest(("gemma300m.py", "generator.py", "graph.py", "tokenizer.py"))}
     names = ("model.onnx", gemma300m.DATA_FILE, "tokenizer.json")
     stamp = dest / "materialized.json"
     try:
@@ -117,7 +117,7 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
     tmp_data = dest / f".{gemma300m.DATA_FILE}.{os.getpid()}.tmp"
     try:
         with open(tmp_data, "wb") as fh:
-            model = gemma300m.build(gemma300m.PUBLISHED, seed, external=generator.ExternalData(fh, gemma300m.DATA_FILE))
+            model = gemma300m.build(gemma300m.PUBLISHED, seed, external=graph.ExternalData(fh, gemma300m.DATA_FILE))
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp_data, dest / gemma300m.DATA_FILE)
@@ -141,7 +141,7 @@ def _paths_300m(dest: Path, seed: int) -> dict:
             "data": dest / gemma300m.DATA_FILE, "model_fp32": None, "tokenizer": dest / "tokenizer.json"}
 
 
-def _code_digest(names: tuple[str, ...] = ("generator.py", "tokenizer.py")) -> str:
+def _code_digest(names: tuple[str, ...] = ("generator.py", "graph.py", "tokenizer.py")) -> str:
     """The generator's own source: a change to it makes new models."""
     here = Path(__file__).parent
     h = hashlib.sha256()

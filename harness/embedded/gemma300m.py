@@ -54,8 +54,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .generator import IR_VERSION, MASK_BIAS, OPSET, RMS_EPS, ROPE_THETA, ExternalData, _gelu_tanh, \
-    _Graph, _rmsnorm, _rotary
+from .generator import IR_VERSION, MASK_BIAS, OPSET, RMS_EPS, ROPE_THETA, _gelu_tanh, _rmsnorm, _rotary
+from .graph import ExternalData, _Graph
 from .tokenizer import build_tokenizer
 
 NAME = "gemma-300m-synthetic"
