@@ -32,7 +32,11 @@ def verdict(v: str | None) -> str:
 
 
 class ProbeLines:
-    """One line per finished probe on a console, with a spinner for the probes in flight."""
+    """One line per finished probe on a console, with a spinner for the probes in flight.
+
+    The spinner is drawn on a terminal only: elsewhere rich would still rebuild it ten times a
+    second in a thread of its own, for nobody, while the probes run.
+    """
 
     def __init__(self, console: Console, prefix: str = "", spinner: bool = True):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -41,7 +45,7 @@ class ProbeLines:
         self.prefix = prefix
         self.count = 0
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=console, transient=True, disable=not spinner)
+                            console=console, transient=True, disable=not (spinner and console.is_terminal))
         self.tasks = {}
 
     def __enter__(self):
