@@ -1,7 +1,9 @@
 """The `bisect` command line: registers the commands and turns errors into exit statuses.
 
 Each command is one module of `harness.commands` exposing `command`; adding a
-command is adding a module and a name to COMMANDS.
+command is adding a module and a name to COMMANDS. A command's module is
+imported when that command is asked for, so `bisect run` does not pay for the
+imports of the other commands before its first probe.
 """
 
 from __future__ import annotations
@@ -23,14 +25,22 @@ COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "r
             "drift", "matrix", "merge", "dashboard", "setup", "doctor")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Commands(click.Group):
+    """The commands of COMMANDS, each module imported the first time its command is looked up."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(importlib.import_module(f"harness.commands.{cmd_name}").command)
+        return self.commands.get(cmd_name)
+
+
+@click.group(cls=Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="ortbisect")
 def cli():
     """Find the onnxruntime release where a model's outputs went wrong."""
-
-
-for _name in COMMANDS:
-    cli.add_command(importlib.import_module(f"harness.commands.{_name}").command)
 
 
 def main(argv: list[str] | None = None) -> int:

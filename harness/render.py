@@ -6,14 +6,18 @@ through rich.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from harness.diff import DiffResult, describe
 from harness.summary import target_label
-from harness.trace import TraceResult
+
+if TYPE_CHECKING:  # the trace and diff tables' types; `bisect run` needs neither module (onnx) to draw its table
+    from harness.diff import DiffResult
+    from harness.trace import TraceResult
 
 VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
                  "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
@@ -28,7 +32,11 @@ def verdict(v: str | None) -> str:
 
 
 class ProbeLines:
-    """One line per finished probe on a console, with a spinner for the probes in flight."""
+    """One line per finished probe on a console, with a spinner for the probes in flight.
+
+    The spinner is drawn on a terminal only: elsewhere rich would still rebuild it ten times a
+    second in a thread of its own, for nobody, while the probes run.
+    """
 
     def __init__(self, console: Console, prefix: str = "", spinner: bool = True):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -37,7 +45,7 @@ class ProbeLines:
         self.prefix = prefix
         self.count = 0
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=console, transient=True, disable=not spinner)
+                            console=console, transient=True, disable=not (spinner and console.is_terminal))
         self.tasks = {}
 
     def __enter__(self):
@@ -244,6 +252,8 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
 
 def diff_table(result: DiffResult) -> Group:
     """Precision changes, first divergences, the explanation."""
+    from harness.diff import describe
+
     t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
     for col in ("node", "op", result.a, result.b):
         t.add_column(col, overflow="fold")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import click
 import pytest
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
@@ -54,7 +55,9 @@ def test_every_command_module_is_registered():
 
     files = {p.stem for p in (HARNESS / "commands").glob("*.py")} - {"__init__", "common"}
     assert files == set(COMMANDS)
-    assert set(cli.commands) == set(COMMANDS)
+    ctx = click.Context(cli)
+    assert set(cli.list_commands(ctx)) == set(COMMANDS)
+    assert {name: cli.get_command(ctx, name).name for name in COMMANDS} == {name: name for name in COMMANDS}
 
 
 def test_the_worker_imports_only_onnxruntime_numpy_and_the_standard_library():

@@ -102,3 +102,14 @@ def test_the_bisect_entry_point_prints_the_json_error(tmp_path):
     assert proc.returncode == 2
     assert json.loads(proc.stdout) == {"error": f"{tmp_path / 'missing'}: no such directory", "exit_status": 2}
     assert proc.stderr.strip() == f"error: {tmp_path / 'missing'}: no such directory"
+
+
+def test_a_command_imports_no_other_command():
+    """`bisect run` loads its own module, not the other commands' (their imports were paid before its first probe)."""
+    code = ("import sys; from harness.cli import main; main(['run', '--help']); "
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('harness.commands.', 'harness.trace', "
+            "'harness.diff', 'harness.drift', 'harness.dashboard', 'harness.history')))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = proc.stdout.splitlines()[-1].split()
+    assert "harness.commands.run" in loaded, proc.stdout
+    assert set(loaded) <= {"harness.commands.common", "harness.commands.run"}, loaded

@@ -3,6 +3,7 @@ groups (each defined once, composed by the commands that take them)."""
 
 from __future__ import annotations
 
+import json
 import math
 import platform
 import sys
@@ -19,6 +20,15 @@ EXIT_USAGE = 2  # bad input, refused before any probe
 EXIT_INTERRUPTED = 130
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
+
+
+def print_json(doc) -> None:
+    """A command's --json document on stdout, indented: coloured by rich on a terminal; elsewhere the same text
+    written plainly (rich would highlight every token of it for nobody, a share of a short run's time)."""
+    if out.is_terminal:
+        out.print_json(data=doc)
+    else:
+        click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
 
 
 # -- parameter types and checks shared by the option groups -------------------------------

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 from rich.markup import escape
 
 from harness.commands.common import (arch_options, err, graph_opt_option, json_option, log_to_stderr, model_options,
-                                     out, package_of, results_dir_option, search_spec, source_options, store_options,
-                                     timeout_option)
+                                     out, package_of, print_json, results_dir_option, search_spec, source_options,
+                                     store_options, timeout_option)
 
 
 @click.command("compare")
@@ -37,7 +36,7 @@ def command(version, pairs, cosine, as_json, **opts):
     with ProbeLines(err) as progress:
         doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
     if as_json:
-        out.print_json(json.dumps(doc))
+        print_json(doc)
         return 0
     out.print(compare_table(doc))
     out.print(escape(doc["message"]))

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from harness.commands.common import log_to_stderr, model_options, out, store_options, target_options
+from harness.commands.common import log_to_stderr, model_options, out, print_json, store_options, target_options
 from harness.commands.trace import plan_over, trace_options
 from harness.errors import UsageError
 
@@ -30,7 +28,7 @@ def command(a, b, budget_mb, refresh, as_json, **opts):
     a, b = explain.release_of(plan, a).version, explain.release_of(plan, b).version  # as the index spells them
     result, chart = explain.explain_pair(plan, a, b, budget_mb=budget_mb, refresh=refresh, log=log_to_stderr)
     if as_json:
-        out.print_json(json.dumps(trace.to_json(result)))
+        print_json(trace.to_json(result))
         return 0
     out.print(diff_table(result))
     out.print(f"[dim]traces and diff: {explain.trace_dir(plan)}" + (f"; chart: {chart}" if chart else "") + "[/]")

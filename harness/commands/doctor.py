@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
-from harness.commands.common import engines_option, out, store_options
+from harness.commands.common import engines_option, out, print_json, store_options
 
 
 @click.command("doctor")
@@ -20,7 +18,7 @@ def command(cache_dir, offline, engines, as_json):
 
     rows = checks(cache_dir, tuple(engines))
     if as_json:
-        out.print_json(json.dumps(rows))
+        print_json(rows)
         return 0
     for row in rows:
         mark = "[green]ok[/]  " if row["ok"] else "[red]no[/]  "

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from harness.commands.common import FiniteFloatRange, json_option, out, results_dir_option, run_dir_of
+from harness.commands.common import FiniteFloatRange, json_option, out, print_json, results_dir_option, run_dir_of
 from harness.drift import DEFAULT_THRESHOLD
 from harness.errors import HarnessError, UsageError
 
@@ -59,8 +58,7 @@ def command(run, results_dir, threshold, chart, as_json):
     except OSError as exc:
         raise HarnessError(f"cannot write the chart to {target}: {exc.strerror or exc}") from None
     if as_json:
-        out.print_json(json.dumps(drift.document(store.run_id, threshold, rows, steps,
-                                                 str(written) if written else None)))
+        print_json(drift.document(store.run_id, threshold, rows, steps, str(written) if written else None))
         return 0
     from harness.render import drift_steps, drift_table
 

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
 from harness.commands.common import (FiniteFloatRange, jobs_option, log_to_stderr, model_options, on_reduced, out,
-                                     range_options, reduced_option, search_spec, store_options, target_options,
-                                     triage_options)
+                                     print_json, range_options, reduced_option, search_spec, store_options,
+                                     target_options, triage_options)
 from harness.errors import UsageError
 
 
@@ -52,5 +51,5 @@ def command(nodes, reference_model, hot, jobs, as_json, **opts):
         out.print(f"patched model: {doc['patched']['path']}")
         out.print(f"[dim]results: {plan.store.dir / (mitigate.MITIGATION + '.json')}[/]")
     else:
-        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
+        print_json({**doc, "reduced_repro": reduced})
     return 0 if doc["all_clean"] else 3

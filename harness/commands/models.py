@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
-from harness.commands.common import json_option, out, store_options
+from harness.commands.common import json_option, out, print_json, store_options
 
 
 @click.command("models")
@@ -19,7 +17,7 @@ def command(cache_dir, offline, as_json):
 
     rows = [describe(spec, cache_dir) for spec in registered().values()]
     if as_json:
-        out.print_json(json.dumps(rows))
+        print_json(rows)
         return 0
     for row in rows:
         size = f"{row['size_bytes'] / 1e6:.1f} MB" if row["size_bytes"] else "not downloaded"

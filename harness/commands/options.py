@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, on_reduced, reduced_option, out, search_spec, store_options,
-                                     target_options, triage_options)
+from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, on_reduced, out, print_json,
+                                     reduced_option, search_spec, store_options, target_options, triage_options)
 from harness.errors import UsageError
 
 
@@ -59,7 +57,7 @@ def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     doc = triage.options_matrix(plan, plan.releases[0], levels=lv, modes=md, threads=th, switches=switches,
                                 jobs=jobs, observer=show)
     if as_json:
-        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
+        print_json({**doc, "reduced_repro": reduced})
     else:
         if reduced:
             out.print(escape(f"Ran {reduced}."))

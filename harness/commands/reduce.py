@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
 
-from harness.commands.common import json_option, log_to_stderr, out, results_dir_option, run_dir_of, store_options
+from harness.commands.common import (json_option, log_to_stderr, out, print_json, results_dir_option, run_dir_of,
+                                     store_options)
 
 
 @click.command("reduce")
@@ -27,7 +27,7 @@ def command(run, results_dir, cache_dir, offline, rows_only, as_json):
     doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
                            nodes=not rows_only, command=sys.argv)
     if as_json:
-        out.print_json(json.dumps(doc))
+        print_json(doc)
     else:
         out.print(reduction_summary(doc))
     return 0 if doc["verified"]["flips"] else 1

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, on_reduced, reduced_option, out, search_spec, store_options,
-                                     target_options, triage_options)
+from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, on_reduced, out, print_json,
+                                     reduced_option, search_spec, store_options, target_options, triage_options)
 
 
 @click.command("repeat")
@@ -37,7 +35,7 @@ def command(version, n, as_json, **opts):
 
     doc = triage.repeat_probe(plan, plan.releases[0], n, observer=show)
     if as_json:
-        out.print_json(json.dumps({**doc, "reduced_repro": reduced}))
+        print_json({**doc, "reduced_repro": reduced})
     else:
         if reduced:
             out.print(escape(f"Ran {reduced}."))

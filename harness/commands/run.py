@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 from rich.markup import escape
 
 from harness.commands.common import (EXIT_INTERRUPTED, compose, err, log_to_stderr, model_options, on_reduced, out,
-                                     probe_options, range_options, reduced_option, search_spec, store_options,
-                                     target_options)
+                                     print_json, probe_options, range_options, reduced_option, search_spec,
+                                     store_options, target_options)
 from harness.errors import UsageError
 
 
@@ -59,7 +57,7 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     for d in docs:
         d["reduced_repro"] = reduced
     if opts["as_json"]:
-        out.print_json(json.dumps(docs[0] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for d in docs}}))
+        print_json(docs[0] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for d in docs}})
     from harness.summary import exit_status
 
     return min(exit_status(d) for d in docs)  # a boundary found on any arch is a finding

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from harness.commands.common import (FiniteFloatRange, compose, json_option, log_to_stderr, model_options, out,
-                                     results_dir_option, search_spec, store_options, target_options)
+                                     print_json, results_dir_option, search_spec, store_options, target_options)
 from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB
 
 trace_options = compose(
@@ -53,7 +51,7 @@ def command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts):
     result = explain.traced(plan, version, budget_mb=budget_mb, dump=dump, refresh=refresh, log=log_to_stderr)
     chart = explain.chart(result, explain.trace_dir(plan) / f"headroom-{version}.svg")
     if as_json:
-        out.print_json(json.dumps(trace.to_json(result)))
+        print_json(trace.to_json(result))
         return 0
     out.print(trace_table(result, all_nodes=all_nodes))
     out.print(f"[dim]trace: {explain.trace_dir(plan) / f'{version}.json'}" + (f"; chart: {chart}" if chart else "") + "[/]")

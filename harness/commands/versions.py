@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import platform
 import sys
 
 import click
 from rich.markup import escape
 
-from harness.commands.common import json_option, out, package_of, package_options, store_options
+from harness.commands.common import json_option, out, package_of, package_options, print_json, store_options
 
 
 @click.command("versions")
@@ -59,7 +58,7 @@ def command(from_, to, arch, python, cache_dir, offline, as_json, commits, **opt
         rows.append({"version": r.version, "wheel": wheel, "commit": build["commit"], "branch": build["branch"],
                      "source": r.source or "index"})
     if as_json:
-        out.print_json(json.dumps(rows))
+        print_json(rows)
         return 0
     width = max((len(r["version"]) for r in rows), default=10)
     for row in rows:

@@ -20,8 +20,10 @@ the harness and the tests share one definition.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+if TYPE_CHECKING:  # tokenizers is imported when a tokenizer is built: a run on a generated model already made needs none
+    from tokenizers import Tokenizer
 
 PAD, EOS, BOS, UNK = "<pad>", "<eos>", "<bos>", "<unk>"
 SPECIAL_TOKENS = (PAD, EOS, BOS, UNK)
@@ -66,6 +68,8 @@ VOCAB_SIZE = len(_vocab())
 
 def build_tokenizer() -> Tokenizer:
     """A fresh tokenizer (no padding/truncation enabled; callers choose)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+
     tok = Tokenizer(models.WordPiece(vocab=_vocab(), unk_token=UNK,
                                      continuing_subword_prefix="##",
                                      max_input_chars_per_word=100))
