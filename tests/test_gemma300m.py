@@ -8,13 +8,14 @@ at a cost the suite can pay. The full model is materialized once per cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import onnx
 import pytest
 
-from harness import embedded, models
+from harness import embedded, inputs, models
 from harness.embedded import gemma300m as G
 from harness.embedded.graph import ExternalData
 from harness.results import load_outputs
@@ -104,10 +105,15 @@ def test_clean_on_x86_64(bisect, small, tmp_path):
 
 
 @pytest.mark.qemu
-def test_nan_rows_from_1_24_1_on_aarch64_neoverse_n1(bisect, small, tmp_path):
-    model, batch = small
-    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--arch", "aarch64", "--backend", "qemu",
+def test_nan_rows_from_1_24_1_on_aarch64_neoverse_n1(bisect, tmp_path):
+    # The same design in 6 layers, past 65504 at layer 4: under QEMU a session's graph optimizations cost
+    # about as much as the run, and they grow with the nodes (24 layers: 11 minutes on a loaded machine).
+    model, batch = write(dataclasses.replace(SMALL, layers=6, overflow_layer=4), tmp_path / "m")
+    rows = [0, 7, 10, 13]  # two rows with the trigger word, two without, cut to 114 tokens
+    np.savez(tmp_path / "rows.npz", **inputs.take_rows(inputs.load_npz(batch), rows))
+    r = bisect("sweep", "--model", str(model), "--inputs", str(tmp_path / "rows.npz"), "--arch", "aarch64",
+               "--backend", "qemu",
                "--cpu", "neoverse-n1", "--from", "1.23.2", "--to", "1.24.1", "--json", timeout=1800)
     assert r.returncode == 0, r.stderr
     seen = {p["version"]: (p["verdict"], p["nan_rows"]) for p in r.json()["probes"]}
-    assert seen == {"1.23.2": ("good", 0), "1.24.1": ("bad", len(TRIGGER_ROWS))}
+    assert seen == {"1.23.2": ("good", 0), "1.24.1": ("bad", len(set(rows) & set(TRIGGER_ROWS)))}
