@@ -213,6 +213,24 @@ def residual_stack_inputs(rows: int = 6, width: int = 16) -> dict[str, np.ndarra
     return {"x": x}
 
 
+# Rows of the embedded models' own batch (20 rows padded to 512 tokens): 6 is clean, 7 holds the trigger word
+# (NaN on the bad releases: fused x86_64 from 1.20.0, decomposed aarch64/asimdhp from 1.24.1), 114 tokens long.
+TWO_ROWS = [6, 7]
+
+
+def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Path:
+    """Some rows of an embedded model's default batch, padding trimmed to the longest kept row, as .npz.
+
+    The same regression as the whole batch at a fraction of a probe's cost (a probe's time is the batch's
+    rows x tokens: the whole batch is 20 x 512); for tests whose point is not the batch itself."""
+    from harness import inputs, models
+    from harness.reduce import take_rows
+
+    with np.load(inputs.default_batch(models.resolve(model, cache_dir), cache_dir)) as full:
+        np.savez(dest, **take_rows({k: full[k] for k in full.files}, list(rows)))
+    return dest
+
+
 def fresh_env(tmp: Path, version: str) -> Path:
     """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused)."""
     env = tmp / f"venv-{version}"
