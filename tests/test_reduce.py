@@ -158,6 +158,9 @@ def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_pat
     assert red["verified"]["flips"] and red["nodes"]["after"] < 20
     assert red["model"]["bytes"] + red["inputs"]["bytes"] < KB64
     run_dir = results / r.json()["run_id"]
+    # the reduction starts from the run's own probes of the whole model and batch (6 rows): none made again
+    made = [json.loads(x) for x in (run_dir / "reduced" / "probes.jsonl").read_text().splitlines()]
+    assert made and all(o["rows"] < 6 for rec in made for o in (rec.get("result") or {}).get("outputs", []))
     rep = bisect("report", r.json()["run_id"], "--results-dir", str(results), "--no-probe", "--format", "json",
                  "--cache-dir", str(bisect.cache_dir))
     assert rep.returncode == 0, rep.stderr
