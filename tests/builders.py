@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -232,13 +233,22 @@ def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Pat
 
 
 def fresh_env(tmp: Path, version: str) -> Path:
-    """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused)."""
+    """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused).
+
+    Made under a lock and marked complete last, so test processes sharing `tmp` (the test cache's
+    fresh-envs) make it once, and an interrupted one is made again, not used half-installed."""
+    from harness.locking import file_lock
+
     env = tmp / f"venv-{version}"
-    if (env / "bin" / "python").exists():
-        return env / "bin" / "python"
-    subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
-    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
-                    f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+    made = env / ".made"
+    tmp.mkdir(parents=True, exist_ok=True)
+    with file_lock(tmp / f"venv-{version}.lock"):
+        if not made.exists():
+            shutil.rmtree(env, ignore_errors=True)
+            subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
+            subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
+                            f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+            made.touch()
     return env / "bin" / "python"
 
 

@@ -37,6 +37,13 @@ def cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def fresh_python(cache_dir):
+    """`fresh_python(version)`: the python of a uv environment holding only onnxruntime==version and numpy, where
+    the repro scripts run as a user's would; made once per cache (under a lock) and shared by every test file."""
+    return lambda version: builders.fresh_env(cache_dir / "fresh-envs", version)
+
+
+@pytest.fixture(scope="session")
 def listing(cache_dir) -> Path:
     """The cache's release listing directory, fetched once if this cache has none yet."""
     from harness.request import release_listing

@@ -68,7 +68,7 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import builders  # noqa: E402
-from builders import fresh_env, run_script  # noqa: E402
+from builders import run_script  # noqa: E402
 from harness.vocabulary import default_cache_dir  # noqa: E402
 
 KB64 = 64 << 10
@@ -80,22 +80,8 @@ def no_machine_paths(text: str, *paths: Path) -> list[str]:
     return found + re.findall(r"(?<![\w.+/])/(?:root|tmp|home)/[\w./-]+", text)
 
 
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory):
-    """Fresh uv environments (onnxruntime and numpy only) per release, shared by this module's tests."""
-    made = {}
-    root = tmp_path_factory.mktemp("fresh")
-
-    def python(version: str) -> Path:
-        if version not in made:
-            made[version] = fresh_env(root, version)
-        return made[version]
-
-    return python
-
-
 @pytest.mark.release
-def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_path, fresh):
+def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_path, fresh_python):
     results = tmp_path / "results"
     r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--reduce", "--json",
                results=results)
@@ -123,7 +109,7 @@ def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_pat
 
     model = next(Path(bisect.cache_dir, "models", "gemma-tiny-fused").glob("model.onnx"))
     for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
-        python = fresh(version)
+        python = fresh_python(version)
         out = run_script(python, run_dir / "repro.py")
         assert (out.returncode, out.stdout.split(":")[1].split()[0]) == (rc, verdict), out.stdout + out.stderr
         assert "reduced model" in out.stdout
@@ -144,7 +130,7 @@ def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_pat
 
 
 @pytest.mark.release
-def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh):
+def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh_python):
     d = tmp_path / "model"
     d.mkdir()
     model = builders.save(builders.residual_stack_model(), d / "model.onnx", external=True)
@@ -167,7 +153,7 @@ def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_pat
     assert json.loads(rep.stdout)["repro"]["reduced"]["nodes"] == red["nodes"]["after"]
     # the full model is a file with external data beside it: the repro loads it by path
     for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
-        python = fresh(version)
+        python = fresh_python(version)
         assert run_script(python, run_dir / "repro.py").returncode == rc
         full = run_script(python, run_dir / "repro.py", "--full", str(model))
         assert full.returncode == rc, full.stdout + full.stderr

@@ -14,7 +14,7 @@ import pytest
 import builders
 from harness.uvtool import uv_bin
 from harness.versions import ReleaseIndex
-from builders import fresh_env, run_script
+from builders import run_script
 
 
 def cli(bisect, *args, results: Path):
@@ -83,7 +83,7 @@ def test_mitigation_makes_every_release_clean_x86(x86_story):
 
 
 @pytest.mark.release
-def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
+def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect, fresh_python):
     results, tmp = x86_story["results"], x86_story["tmp"]
     run_id = x86_story["mitigation"]["run_id"]
     rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
@@ -101,11 +101,11 @@ def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
                             "--format", "json").stdout)
     assert (doc["last_good"], doc["first_bad"], doc["newest"]["verdict"]) == ("1.19.2", "1.20.0", "bad")
     script = results / run_id / doc["repro"]["file"]
-    asked = run_script(fresh_env(tmp, "1.20.0"), script)  # the model is too big to embed: the script asks for it
+    asked = run_script(fresh_python("1.20.0"), script)  # the model is too big to embed: the script asks for it
     assert asked.returncode == 2 and "--full model.onnx" in asked.stderr, asked.stderr
     model = bisect.cache_dir / "models" / "gemma-tiny-fused" / "model.onnx"
     for version, verdict, rc in (("1.20.0", "bad", 1), ("1.19.2", "good", 0)):
-        out = run_script(fresh_env(tmp, version), script, "--full", str(model))
+        out = run_script(fresh_python(version), script, "--full", str(model))
         assert out.returncode == rc, out.stderr
         assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict}")
         if verdict == "bad":
