@@ -176,6 +176,15 @@ class Checker:
         with ThreadPoolExecutor(2) as pool:
             return dict(pool.map(one, (self.good, self.bad)))
 
+    def known(self, model: Path, arrays: dict[str, np.ndarray], records: dict[str, dict]) -> None:
+        """Take the run's own probes of the unreduced model and batch (its search just made them, with the
+        same job) as this candidate's: the first check that the full model flips probes nothing again."""
+        cid, _, _ = self.write(model, arrays)
+        for release in (self.good, self.bad):
+            rec = records.get(release.version)
+            if rec is not None and rec.get("status") != "skip":
+                self._done.setdefault((cid, release.version), rec)
+
     def flips(self, model, arrays, outputs: tuple[str, ...] = ()) -> bool:
         v = self.verdicts(model, arrays, outputs)
         return v[self.good.version] == "good" and v[self.bad.version] == "bad"
@@ -306,13 +315,18 @@ def reduce_positions(checker: Checker, model: onnx.ModelProto, arrays: dict[str,
 
 
 def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict[str, np.ndarray] | None,
-               store: RunStore, log=lambda msg: None, nodes: bool = True) -> dict:
-    """Rows, then nodes; the result verified once more on both releases and written to the store."""
+               store: RunStore, log=lambda msg: None, nodes: bool = True, known: dict[str, dict] | None = None) -> dict:
+    """Rows, then nodes; the result verified once more on both releases and written to the store.
+
+    `known`: the run's own records of `good` and `bad` (version -> record) for this very job, reused as the
+    full model's verdicts instead of probing it again."""
     t0 = time.perf_counter()
     checker = Checker(plan, good, bad, store, log)
     model_path = Path(plan.job.model)
     outputs = tuple(plan.job.outputs)
     n_rows = next(iter(arrays.values())).shape[0]
+    if known:
+        checker.known(model_path, arrays, known)
     if not checker.flips(model_path, arrays, outputs):
         raise ValueError(f"the full model does not flip between {good.version} and {bad.version} on this target")
     hints = bad_rows(bad_outputs or {}, list(outputs) or None)
@@ -364,6 +378,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
     import dataclasses
 
     from harness.errors import UsageError
+    from harness.history import latest_by_version, own_records
     from harness.inputs import load_npz
     from harness.plan import make_plan, spec_of_run
     from harness.request import release_listing
@@ -396,4 +411,6 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
     reduced = RunStore.open(run_dir, REDUCED, {"reduces": run_dir.name}, {"predicate": str(predicate)},
                             command or ["bisect", "reduce", run_dir.name])
     log(f"reducing {plan.probe_inputs.model.name} between {good.version} (good) and {bad.version} (bad)")
-    return reduce_run(plan, good, bad, arrays, bad_outputs, reduced, log, nodes)
+    own = latest_by_version(own_records(store.records()))
+    return reduce_run(plan, good, bad, arrays, bad_outputs, reduced, log, nodes,
+                      known={v: own[v] for v in (good.version, bad.version) if v in own})

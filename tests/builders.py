@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -213,14 +214,41 @@ def residual_stack_inputs(rows: int = 6, width: int = 16) -> dict[str, np.ndarra
     return {"x": x}
 
 
+# Rows of the embedded models' own batch (20 rows padded to 512 tokens): 6 is clean, 7 holds the trigger word
+# (NaN on the bad releases: fused x86_64 from 1.20.0, decomposed aarch64/asimdhp from 1.24.1), 114 tokens long.
+TWO_ROWS = [6, 7]
+
+
+def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Path:
+    """Some rows of an embedded model's default batch, padding trimmed to the longest kept row, as .npz.
+
+    The same regression as the whole batch at a fraction of a probe's cost (a probe's time is the batch's
+    rows x tokens: the whole batch is 20 x 512); for tests whose point is not the batch itself."""
+    from harness import inputs, models
+    from harness.reduce import take_rows
+
+    with np.load(inputs.default_batch(models.resolve(model, cache_dir), cache_dir)) as full:
+        np.savez(dest, **take_rows({k: full[k] for k in full.files}, list(rows)))
+    return dest
+
+
 def fresh_env(tmp: Path, version: str) -> Path:
-    """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused)."""
+    """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused).
+
+    Made under a lock and marked complete last, so test processes sharing `tmp` (the test cache's
+    fresh-envs) make it once, and an interrupted one is made again, not used half-installed."""
+    from harness.locking import file_lock
+
     env = tmp / f"venv-{version}"
-    if (env / "bin" / "python").exists():
-        return env / "bin" / "python"
-    subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
-    subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
-                    f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+    made = env / ".made"
+    tmp.mkdir(parents=True, exist_ok=True)
+    with file_lock(tmp / f"venv-{version}.lock"):
+        if not made.exists():
+            shutil.rmtree(env, ignore_errors=True)
+            subprocess.run([uv_bin(), "venv", "-q", "--python", "3.11", str(env)], check=True, capture_output=True)
+            subprocess.run([uv_bin(), "pip", "install", "-q", "--python", str(env / "bin" / "python"),
+                            f"onnxruntime=={version}", "numpy"], check=True, capture_output=True)
+            made.touch()
     return env / "bin" / "python"
 
 

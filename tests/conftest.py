@@ -37,6 +37,13 @@ def cache_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def fresh_python(cache_dir):
+    """`fresh_python(version)`: the python of a uv environment holding only onnxruntime==version and numpy, where
+    the repro scripts run as a user's would; made once per cache (under a lock) and shared by every test file."""
+    return lambda version: builders.fresh_env(cache_dir / "fresh-envs", version)
+
+
+@pytest.fixture(scope="session")
 def listing(cache_dir) -> Path:
     """The cache's release listing directory, fetched once if this cache has none yet."""
     from harness.request import release_listing
@@ -84,8 +91,9 @@ def residual_overflow(tmp_path_factory) -> tuple[Path, Path]:
 # Test files by their measured share of the suite (`--durations`, seconds of one full run), longest first.
 # With files spread over processes (pytest-xdist, one file per process at a time) the long files must start
 # at once and the short ones fill the gaps; a long file handed out last is the suite's tail.
-LONGEST_FIRST = ["test_reduce.py", "test_docker_pool.py", "test_upstream.py", "test_matrix.py", "test_run.py", "test_embedded_real.py",
-                 "test_runners_real.py", "test_workflow.py", "test_packages_real.py", "test_verdicts_real.py",
+LONGEST_FIRST = ["test_reduce.py", "test_upstream.py", "test_docker_pool.py", "test_gemma300m.py", "test_matrix.py",
+                 "test_run.py", "test_embedded_real.py", "test_runners_real.py", "test_fewrows.py", "test_workflow.py",
+                 "test_packages_real.py", "test_verdicts_real.py",
                  "test_explain.py", "test_hub.py", "test_triage.py", "test_dashboard.py", "test_trace.py",
                  "test_robustness.py", "test_docker_engine.py"]
 

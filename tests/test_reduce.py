@@ -68,7 +68,7 @@ import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import builders  # noqa: E402
-from builders import fresh_env, run_script  # noqa: E402
+from builders import run_script  # noqa: E402
 from harness.vocabulary import default_cache_dir  # noqa: E402
 
 KB64 = 64 << 10
@@ -80,22 +80,8 @@ def no_machine_paths(text: str, *paths: Path) -> list[str]:
     return found + re.findall(r"(?<![\w.+/])/(?:root|tmp|home)/[\w./-]+", text)
 
 
-@pytest.fixture(scope="module")
-def fresh(tmp_path_factory):
-    """Fresh uv environments (onnxruntime and numpy only) per release, shared by this module's tests."""
-    made = {}
-    root = tmp_path_factory.mktemp("fresh")
-
-    def python(version: str) -> Path:
-        if version not in made:
-            made[version] = fresh_env(root, version)
-        return made[version]
-
-    return python
-
-
 @pytest.mark.release
-def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_path, fresh):
+def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_path, fresh_python):
     results = tmp_path / "results"
     r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--reduce", "--json",
                results=results)
@@ -123,7 +109,7 @@ def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_pat
 
     model = next(Path(bisect.cache_dir, "models", "gemma-tiny-fused").glob("model.onnx"))
     for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
-        python = fresh(version)
+        python = fresh_python(version)
         out = run_script(python, run_dir / "repro.py")
         assert (out.returncode, out.stdout.split(":")[1].split()[0]) == (rc, verdict), out.stdout + out.stderr
         assert "reduced model" in out.stdout
@@ -144,7 +130,7 @@ def test_fused_x86_reduces_to_a_few_nodes_and_the_report_travels(bisect, tmp_pat
 
 
 @pytest.mark.release
-def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh):
+def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_path, fresh_python):
     d = tmp_path / "model"
     d.mkdir()
     model = builders.save(builders.residual_stack_model(), d / "model.onnx", external=True)
@@ -158,13 +144,16 @@ def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_pat
     assert red["verified"]["flips"] and red["nodes"]["after"] < 20
     assert red["model"]["bytes"] + red["inputs"]["bytes"] < KB64
     run_dir = results / r.json()["run_id"]
+    # the reduction starts from the run's own probes of the whole model and batch (6 rows): none made again
+    made = [json.loads(x) for x in (run_dir / "reduced" / "probes.jsonl").read_text().splitlines()]
+    assert made and all(o["rows"] < 6 for rec in made for o in (rec.get("result") or {}).get("outputs", []))
     rep = bisect("report", r.json()["run_id"], "--results-dir", str(results), "--no-probe", "--format", "json",
                  "--cache-dir", str(bisect.cache_dir))
     assert rep.returncode == 0, rep.stderr
     assert json.loads(rep.stdout)["repro"]["reduced"]["nodes"] == red["nodes"]["after"]
     # the full model is a file with external data beside it: the repro loads it by path
     for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
-        python = fresh(version)
+        python = fresh_python(version)
         assert run_script(python, run_dir / "repro.py").returncode == rc
         full = run_script(python, run_dir / "repro.py", "--full", str(model))
         assert full.returncode == rc, full.stdout + full.stderr
@@ -194,7 +183,9 @@ def test_aarch64_reduction_and_its_repro_under_qemu(bisect, tmp_path):
                  str(bisect.cache_dir))
     assert rep.returncode == 0, rep.stderr
     assert "neoverse-n1" in rep.stdout.split("### To reproduce")[1].split("###")[0]
-    # the emitted script, as written, under QEMU user mode with each release's aarch64 wheels
+    # the emitted script, as written, under QEMU user mode with each release's aarch64 wheels: the reduced
+    # repro on both releases, and the full model (external data, by path) on the bad one. (Its good verdict
+    # is the bisection's own probe above; --full on both releases is test_a_500_node_model_with_external_data's.)
     runner = make_runner("qemu", Target("aarch64", "3.11"), bisect.cache_dir, "neoverse-n1")
     runner.provision()
     script = results / doc["run_id"] / "repro.py"
@@ -202,7 +193,7 @@ def test_aarch64_reduction_and_its_repro_under_qemu(bisect, tmp_path):
         site = runner.prepare(Release(version, [f"onnxruntime-{version}-cp311-cp311-manylinux_2_27_aarch64.whl"]))
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
         env["PYTHONPATH"] = str(site.path / "site")
-        for args in ((), ("--full", str(model))):
+        for args in ((), ("--full", str(model))) if rc else ((),):
             argv = qp.qemu_command(runner.qemu, runner.sysroot, "neoverse-n1",
                                    [sysroot_python(runner.sysroot), str(script), *args])
             out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)

@@ -14,7 +14,7 @@ import pytest
 import builders
 from harness.uvtool import uv_bin
 from harness.versions import ReleaseIndex
-from builders import fresh_env, run_script
+from builders import run_script
 
 
 def cli(bisect, *args, results: Path):
@@ -29,6 +29,11 @@ def x86_story(tmp_path_factory, cache_dir):
 
     tmp = tmp_path_factory.mktemp("x86_story")
     results = tmp / "results"
+    # Rows 6 (clean) and 7 (the trigger word) of the model's own batch: the same regression, island and report
+    # as the 20 x 512 batch at a fraction of each of the story's ~30 probes; the whole batch is bisected in
+    # test_embedded_real and test_fewrows, and reduced in test_reduce.
+    builders.embedded_rows("gemma-tiny-fused", cache_dir, tmp / "batch.npz")
+    batch = ("--inputs", str(tmp / "batch.npz"))
 
     def bisect(*args):
         argv = [sys.executable, "-m", "harness.cli", *args, "--cache-dir", str(cache_dir), "--results-dir", str(results), "--json"]
@@ -36,9 +41,9 @@ def x86_story(tmp_path_factory, cache_dir):
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
 
-    options = bisect("options", "--model", "gemma-tiny-fused", "--version", "1.20.0", "-j", "2")
-    mitigation = bisect("mitigate", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.1", "-j", "2")
-    return {"tmp": tmp, "results": results, "options": options, "mitigation": mitigation}
+    options = bisect("options", "--model", "gemma-tiny-fused", *batch, "--version", "1.20.0", "-j", "2")
+    mitigation = bisect("mitigate", "--model", "gemma-tiny-fused", *batch, "--from", "1.19.2", "--to", "1.20.1", "-j", "2")
+    return {"tmp": tmp, "results": results, "options": options, "mitigation": mitigation, "batch": batch}
 
 
 @pytest.mark.release
@@ -54,7 +59,8 @@ def test_options_matrix_first_bad_x86(x86_story, bisect):
     assert {c["threads"] for c in doc["combos"]} == {"1", "all"}
     lines = (Path(doc["results"]) / "probes.jsonl").read_text().splitlines()
     assert len(lines) == 16 and len({json.loads(x)["combo_id"] for x in lines}) == 16
-    again = cli(bisect, "options", "--model", "gemma-tiny-fused", "--version", "1.20.0", results=x86_story["results"])
+    again = cli(bisect, "options", "--model", "gemma-tiny-fused", *x86_story["batch"], "--version", "1.20.0",
+                results=x86_story["results"])
     assert again.json()["combos"] == doc["combos"]  # every probe reused
     assert len((Path(doc["results"]) / "probes.jsonl").read_text().splitlines()) == 16
 
@@ -77,7 +83,7 @@ def test_mitigation_makes_every_release_clean_x86(x86_story):
 
 
 @pytest.mark.release
-def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
+def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect, fresh_python):
     results, tmp = x86_story["results"], x86_story["tmp"]
     run_id = x86_story["mitigation"]["run_id"]
     rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
@@ -95,15 +101,15 @@ def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect):
                             "--format", "json").stdout)
     assert (doc["last_good"], doc["first_bad"], doc["newest"]["verdict"]) == ("1.19.2", "1.20.0", "bad")
     script = results / run_id / doc["repro"]["file"]
-    asked = run_script(fresh_env(tmp, "1.20.0"), script)  # the model is too big to embed: the script asks for it
+    asked = run_script(fresh_python("1.20.0"), script)  # the model is too big to embed: the script asks for it
     assert asked.returncode == 2 and "--full model.onnx" in asked.stderr, asked.stderr
     model = bisect.cache_dir / "models" / "gemma-tiny-fused" / "model.onnx"
     for version, verdict, rc in (("1.20.0", "bad", 1), ("1.19.2", "good", 0)):
-        out = run_script(fresh_env(tmp, version), script, "--full", str(model))
+        out = run_script(fresh_python(version), script, "--full", str(model))
         assert out.returncode == rc, out.stderr
         assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict}")
         if verdict == "bad":
-            assert "7 NaN rows" in out.stdout
+            assert "1 NaN rows, 0 Inf rows of 2" in out.stdout  # row 7, the one with the trigger word
 
 
 @pytest.mark.release

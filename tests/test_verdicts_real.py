@@ -44,7 +44,7 @@ def test_the_fp32_reference_finds_the_x86_boundary_of_the_fused_model_by_cosine(
     assert doc["reference"]["kind"] == "fp32" and "fp32 twin" in doc["reference"]["label"]
 
 
-def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_path):
+def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_path, fresh_python):
     r = run_on(bisect, tmp_path, builders.layer_norm_cast_model(), builders.layer_norm_cast_inputs(), "--from",
                "1.19.2", "--to", "1.20.0", "--bad-if", "nan-or-inf", "--bad-if", "error")
     assert r.returncode == 0, r.stderr
@@ -60,7 +60,7 @@ def test_a_model_that_stops_loading_is_bisected_with_bad_if_error(bisect, tmp_pa
     assert "A release counts as bad when an output row holds NaN or Inf, or the model fails to load or run" in rep.stdout
     script = results / doc["run_id"] / "repro.py"
     for version, rc, said in (("1.19.2", 0, "good"), ("1.20.0", 1, "bad (fails: ")):
-        out = builders.run_script(builders.fresh_env(tmp_path, version), script)
+        out = builders.run_script(fresh_python(version), script)
         assert out.returncode == rc and said in out.stdout, out.stdout + out.stderr
 
 
