@@ -139,8 +139,10 @@ def _keep(found: Search, searches: list[dict], verified: dict | None, fallback: 
                                                           else doc["probe_count"])
     doc["message"] = sentence(doc, found.outcome, "regression")
     if verified:
-        doc["message"] += (f" Searched on {_rows(searches[-1]['rows'])} of {n}; every row of the batch is good "
-                           f"on {verified['last_good']['version']}.")
+        lo, hi, groups = verified["last_good"]["version"], verified["first_bad"]["version"], verified["last_good"]["groups"]
+        doc["message"] = (f"Last good: {lo}, first bad: {hi} ({doc['rows']['subset_probes']} probes on "
+                          f"{_rows(searches[-1]['rows'])} of {n}, then {len(groups)} on every row; "
+                          f"{doc['release_count']} releases); every row of the batch is good on {lo}.")
     doc["harness"]["wall_s"] = round(time.perf_counter() - started, 3)
     plan.store.save_summary(doc["cell"]["key"], doc)
     return found

@@ -80,15 +80,26 @@ def test_same_seed_same_bytes_other_seed_other_weights(tmp_path):
     onnx.checker.check_model(str(a), full_check=True)
 
 
+def four_rows(batch, dest):
+    """Rows 0, 7, 10 and 13 of the report's batch (7 and 10 hold the trigger word), cut to 114 tokens."""
+    np.savez(dest, **inputs.take_rows(inputs.load_npz(batch), ROWS))
+    return dest
+
+
+ROWS = [0, 7, 10, 13]
+
+
 @pytest.mark.release
 def test_residual_grows_to_the_fp16_ceiling_and_passes_it_at_layer_22(bisect, tmp_path):
     model, batch = write(SMALL, tmp_path / "m", residuals=True)
-    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.23.2", "--json",
+    rows = four_rows(batch, tmp_path / "rows.npz")
+    r = bisect("sweep", "--model", str(model), "--inputs", str(rows), "--from", "1.23.2", "--to", "1.23.2", "--json",
                results=tmp_path / "res")
     assert r.returncode in (0, 3), r.stderr
     out = load_outputs(next((tmp_path / "res").glob("*/outputs/1.23.2.npz")))
-    trigger = [float(np.abs(out[f"residual{i}"][TRIGGER_ROWS]).max()) for i in range(24)]
-    others = [float(np.abs(np.delete(out[f"residual{i}"], TRIGGER_ROWS, axis=0)).max()) for i in range(24)]
+    hit = [ROWS.index(r) for r in ROWS if r in TRIGGER_ROWS]
+    trigger = [float(np.abs(out[f"residual{i}"][hit]).max()) for i in range(24)]
+    others = [float(np.abs(np.delete(out[f"residual{i}"], hit, axis=0)).max()) for i in range(24)]
     assert 500 < trigger[0] < 2000 and 500 < others[0] < 2000  # about 1e3 after layer 0
     assert all(b > a for a, b in zip(trigger, trigger[1:]))  # it grows in every layer
     assert max(trigger[:22]) < FP16_MAX < trigger[22]  # the first sum past 65504: layer 22's residual Add
@@ -99,7 +110,8 @@ def test_residual_grows_to_the_fp16_ceiling_and_passes_it_at_layer_22(bisect, tm
 @pytest.mark.release
 def test_clean_on_x86_64(bisect, small, tmp_path):
     model, batch = small
-    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.30.0", "--json")
+    rows = four_rows(batch, tmp_path / "rows.npz")  # the trigger rows are what overflows where anything does
+    r = bisect("run", "--model", str(model), "--inputs", str(rows), "--from", "1.19.0", "--to", "1.30.0", "--json")
     assert r.returncode == 3, r.stderr  # both ends good: nothing to find
     assert {p["verdict"] for p in r.json()["probes"]} == {"good"}
 
@@ -109,11 +121,10 @@ def test_nan_rows_from_1_24_1_on_aarch64_neoverse_n1(bisect, tmp_path):
     # The same design in 6 layers, past 65504 at layer 4: under QEMU a session's graph optimizations cost
     # about as much as the run, and they grow with the nodes (24 layers: 11 minutes on a loaded machine).
     model, batch = write(dataclasses.replace(SMALL, layers=6, overflow_layer=4), tmp_path / "m")
-    rows = [0, 7, 10, 13]  # two rows with the trigger word, two without, cut to 114 tokens
-    np.savez(tmp_path / "rows.npz", **inputs.take_rows(inputs.load_npz(batch), rows))
-    r = bisect("sweep", "--model", str(model), "--inputs", str(tmp_path / "rows.npz"), "--arch", "aarch64",
+    rows = four_rows(batch, tmp_path / "rows.npz")
+    r = bisect("sweep", "--model", str(model), "--inputs", str(rows), "--arch", "aarch64",
                "--backend", "qemu",
                "--cpu", "neoverse-n1", "--from", "1.23.2", "--to", "1.24.1", "--json", timeout=1800)
     assert r.returncode == 0, r.stderr
     seen = {p["version"]: (p["verdict"], p["nan_rows"]) for p in r.json()["probes"]}
-    assert seen == {"1.23.2": ("good", 0), "1.24.1": ("bad", len(set(rows) & set(TRIGGER_ROWS)))}
+    assert seen == {"1.23.2": ("good", 0), "1.24.1": ("bad", len(set(ROWS) & set(TRIGGER_ROWS)))}

@@ -130,6 +130,21 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
     return _paths_300m(dest, seed)
 
 
+def existing(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> dict | None:
+    """What `materialize` would return, without writing anything: the paths if the model is made already
+    (the full-size model is 600 MB: listing models must not generate it), else None."""
+    if variant != gemma300m.NAME:
+        return materialize(variant, dest_dir, seed=seed)  # the small ones are made in milliseconds
+    dest = Path(dest_dir)
+    try:
+        made = json.loads((dest / "materialized.json").read_text())
+        if made["recipe"]["seed"] == seed and all(list(_stat(dest / n)) == v for n, v in made["files"].items()):
+            return _paths_300m(dest, seed)
+    except (OSError, ValueError, KeyError):
+        pass
+    return None
+
+
 def _stat(path: Path) -> tuple[int, int]:
     st = path.stat()
     return st.st_size, st.st_mtime_ns
