@@ -7,11 +7,9 @@ import os
 from pathlib import Path
 
 import numpy as np
-import onnx
-from onnx.helper import tensor_dtype_to_np_dtype
 
 from harness.errors import UsageError
-from harness.models import ResolvedModel, batch_spec, user_file
+from harness.models import Facts, ResolvedModel, batch_spec, user_file
 
 MASK_INPUT = "attention_mask"  # a token model's padding mask: rows are as long as their 1s
 
@@ -41,31 +39,17 @@ def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _graph(model) -> onnx.GraphProto:
-    return model if isinstance(model, onnx.GraphProto) else onnx.load(str(model), load_external_data=False).graph
-
-
-def _dims(ttype) -> list | None:
-    """Declared dims of a tensor type: an int (static), a name (symbolic) or None (unknown); None if unranked."""
-    if not ttype.HasField("shape"):
-        return None
-    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in ttype.shape.dim]
-
-
 def _spell(dims: list) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
 
 
-def check_inputs(model, arrays: dict[str, np.ndarray], source: str = "the batch") -> dict[str, int]:
+def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the batch") -> dict[str, int]:
     """The arrays against the model's graph inputs: names, element types, ranks, static dims, rows.
 
-    `model` is the model's path or its graph; `source` says where the arrays
-    came from (`--inputs batch.npz`). Returns the size of each symbolic dim
-    (batch=20, ...), the same in every input that names it.
+    `source` says where the arrays came from (`--inputs batch.npz`). Returns
+    the size of each symbolic dim (batch=20, ...), the same in every input that names it.
     """
-    graph = _graph(model)
-    inits = {i.name for i in graph.initializer}
-    wanted = {i.name: i.type.tensor_type for i in graph.input if i.name not in inits}
+    wanted = {p.name: p for p in facts.inputs}
     missing = sorted(set(wanted) - set(arrays))
     extra = sorted(set(arrays) - set(wanted))
     if missing or extra:
@@ -74,15 +58,12 @@ def check_inputs(model, arrays: dict[str, np.ndarray], source: str = "the batch"
             f"(model inputs: {sorted(wanted)})"
         )
     bound: dict[str, tuple[int, str]] = {}
-    for name, ttype in wanted.items():
+    for name, port in wanted.items():
         got = arrays[name]
-        try:
-            expected = np.dtype(tensor_dtype_to_np_dtype(ttype.elem_type))
-        except (KeyError, TypeError, ValueError):
-            expected = None  # a type numpy has no name for: the release decides
+        expected = np.dtype(port.dtype) if port.dtype else None  # None: a type numpy has no name for
         if expected is not None and got.dtype != expected:
             raise UsageError(f"{source}: input {name}: dtype {got.dtype}, the model expects {expected}")
-        dims = _dims(ttype)
+        dims = port.dims
         if dims is not None and len(dims) != got.ndim:
             raise UsageError(f"{source}: input {name}: rank {got.ndim}, the model expects {len(dims)}")
         if got.ndim and got.shape[0] == 0:
@@ -97,15 +78,14 @@ def check_inputs(model, arrays: dict[str, np.ndarray], source: str = "the batch"
     return {d: n for d, (n, _) in bound.items()}
 
 
-def check_reference(model, sizes: dict[str, int], reference: dict[str, np.ndarray],
+def check_reference(facts: Facts, sizes: dict[str, int], reference: dict[str, np.ndarray],
                     outputs: tuple[str, ...], source: str) -> None:
     """Reference outputs against the outputs a probe checks: one numeric array per output, of its shape.
 
     Shapes are checked where the model declares them: static dims exactly,
     symbolic ones (batch, ...) against their `sizes` in the batch (from check_inputs).
     """
-    graph = _graph(model)
-    declared = {o.name: o.type.tensor_type for o in graph.output}
+    declared = {p.name: p for p in facts.outputs}
     checked = list(outputs) or list(declared)
     missing = [n for n in checked if n not in reference]
     extra = sorted(set(reference) - set(checked))
@@ -116,7 +96,7 @@ def check_reference(model, sizes: dict[str, int], reference: dict[str, np.ndarra
         got = reference[name]
         if not (np.issubdtype(got.dtype, np.number) or got.dtype == np.bool_):
             raise UsageError(f"{source}: {name} holds {got.dtype} values, not numbers")
-        dims = _dims(declared[name]) if name in declared else None
+        dims = declared[name].dims if name in declared else None
         if dims is None:
             continue
         want = [sizes.get(d) if isinstance(d, str) else (d or None) for d in dims]

@@ -15,11 +15,12 @@ import shutil
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import onnx
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
+
+if TYPE_CHECKING:
+    import onnx
 
 REGISTRY = Path(__file__).resolve().parent / "registry"
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -40,10 +41,49 @@ class ModelSpec:
     generator: str | None = None  # variant name for source = "generated"
 
 
+@dataclass(frozen=True)
+class Port:
+    """A graph input or output, as the checks before a probe read it."""
+    name: str
+    dtype: str | None  # numpy's name of its element type; None for a type numpy has no name for
+    dims: tuple | None  # per dim: an int (static), a name (symbolic) or None (unknown); None if unranked
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks before a probe read of a model's graph.
+
+    Read from the file once and kept in the cache by (path, size, mtime), like
+    its digest: a warm `bisect run` neither imports onnx nor parses the graph
+    (together about 2 s of every run's start-up).
+    """
+    inputs: tuple[Port, ...]  # graph inputs that are not initializers: what a batch feeds
+    outputs: tuple[Port, ...]
+    tensors: frozenset[str]  # every node output and graph output (what --dump may name)
+    nodes: frozenset[str]  # every node's key (what --node may name)
+    data_files: tuple[str, ...]  # external data locations, relative to the model
+    fp16: bool  # any fp16 value or weight (else the model is its own fp32 version)
+
+    def to_json(self) -> dict:
+        return {"inputs": [[p.name, p.dtype, p.dims] for p in self.inputs],
+                "outputs": [[p.name, p.dtype, p.dims] for p in self.outputs],
+                "tensors": sorted(self.tensors), "nodes": sorted(self.nodes),
+                "data_files": list(self.data_files), "fp16": self.fp16}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Facts":
+        def ports(rows):
+            return tuple(Port(n, d, None if dims is None else tuple(dims)) for n, d, dims in rows)
+
+        return cls(ports(doc["inputs"]), ports(doc["outputs"]), frozenset(doc["tensors"]), frozenset(doc["nodes"]),
+                   tuple(doc["data_files"]), bool(doc["fp16"]))
+
+
 @dataclass
 class ResolvedModel:
     spec: ModelSpec
     path: Path
+    facts: Facts
     data_files: list[Path] = field(default_factory=list)
     tokenizer: Path | None = None
     digest: str = ""
@@ -167,6 +207,8 @@ def user_file(path: Path, flag: str, kind: str) -> Path:
 
 def load_onnx(path: Path, flag: str = "--model") -> onnx.ModelProto:
     """The model file the user named with `flag`, without its external data; anything else is a UsageError."""
+    import onnx
+
     path = user_file(path, flag, ".onnx")
     try:
         proto = onnx.load(str(path), load_external_data=False)
@@ -178,12 +220,64 @@ def load_onnx(path: Path, flag: str = "--model") -> onnx.ModelProto:
 
 
 def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
-    proto = load_onnx(path)
-    data_files = sorted({path.parent / ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
+    facts = model_facts(path, cache_dir)
+    data_files = [path.parent / name for name in facts.data_files]
     for f in data_files:
         if not f.is_file():
             raise UsageError(f"--model {path}: external data file {f.name} is missing (expected next to the model)")
-    return ResolvedModel(spec=spec, path=path, data_files=data_files, digest=files_digest([path, *data_files], cache_dir))
+    return ResolvedModel(spec=spec, path=path, facts=facts, data_files=data_files,
+                         digest=files_digest([path, *data_files], cache_dir))
+
+
+def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
+    """The Facts of the model file at `path`: from the cache, else read (refusing what onnx cannot read) and kept."""
+    path = user_file(path, flag, ".onnx")
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = Path(cache_dir) / "model-facts" / f"{key}.json"
+    try:
+        return Facts.from_json(json.loads(memo.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    facts = facts_of(load_onnx(path, flag))
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(facts.to_json()))
+        os.replace(tmp, memo)
+    except OSError:
+        pass  # a read-only cache: read the graph again next time
+    return facts
+
+
+def facts_of(proto: onnx.ModelProto) -> Facts:
+    """The Facts of a loaded model (or of a graph made in memory)."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    from harness.reference import has_fp16
+    from harness.surgery import node_key
+
+    g = proto.graph
+    inits = {i.name for i in g.initializer}
+    locations = sorted({ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
+    return Facts(inputs=tuple(_port(i) for i in g.input if i.name not in inits),
+                 outputs=tuple(_port(o) for o in g.output),
+                 tensors=frozenset({o for n in g.node for o in n.output if o} | {o.name for o in g.output}),
+                 nodes=frozenset(node_key(n) for n in g.node), data_files=tuple(locations), fp16=has_fp16(proto))
+
+
+def _port(value_info) -> Port:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    t = value_info.type.tensor_type
+    try:
+        dtype = str(tensor_dtype_to_np_dtype(t.elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None  # a type numpy has no name for: the release decides
+    dims = None
+    if t.HasField("shape"):
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return Port(value_info.name, dtype, dims)
 
 
 def _initializers(proto: onnx.ModelProto):
@@ -243,12 +337,11 @@ def describe(spec: ModelSpec, cache_dir: Path) -> dict:
         path = Path(made["model"]) if made else None  # a large one not made yet: described once it is
         row["origin"] = f"generated by harness.embedded ({spec.generator})"
     if path is not None:
-        proto = onnx.load(str(path), load_external_data=False)
-        inits = {i.name for i in proto.graph.initializer}
-        row["inputs"] = [_signature(i) for i in proto.graph.input if i.name not in inits]
-        row["outputs"] = [_signature(o) for o in proto.graph.output]
-        extra = [path.parent / ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)]
-        row["size_bytes"] = sum(p.stat().st_size for p in {path, *extra} if p.exists())
+        facts = model_facts(path, cache_dir)
+        row["inputs"] = [_signature(p) for p in facts.inputs]
+        row["outputs"] = [_signature(p) for p in facts.outputs]
+        row["size_bytes"] = sum(p.stat().st_size for p in {path, *(path.parent / f for f in facts.data_files)}
+                                if p.exists())
     return row
 
 
@@ -259,7 +352,6 @@ def _cached_hub_file(spec: ModelSpec) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
-def _signature(value_info) -> str:
-    t = value_info.type.tensor_type
-    dims = [d.dim_param or str(d.dim_value) for d in t.shape.dim]
-    return f"{value_info.name}: {onnx.helper.tensor_dtype_to_np_dtype(t.elem_type)}[{', '.join(dims)}]"
+def _signature(port: Port) -> str:
+    dims = ["?" if d is None else str(d) for d in port.dims or ()]
+    return f"{port.name}: {port.dtype}[{', '.join(dims)}]"

@@ -18,11 +18,14 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from harness.versions import Release
+
+if TYPE_CHECKING:
+    import onnx
 
 FP32 = "fp32"
 FP32_SERIES = "reference-fp32"  # the fp32 model's probe of each release, in the run's own store
@@ -55,8 +58,10 @@ def from_fp32(model: Path, how: str) -> Reference:
 
 def has_fp16(model: onnx.ModelProto) -> bool:
     """Whether any value or weight of the model is fp16 (else it is its own fp32 version)."""
+    from onnx import TensorProto
+
     g = model.graph
-    f16 = onnx.TensorProto.FLOAT16
+    f16 = TensorProto.FLOAT16
     typed = [*g.input, *g.output, *g.value_info]
     return (any(t.data_type == f16 for t in g.initializer)
             or any(v.type.tensor_type.elem_type == f16 for v in typed)
@@ -77,6 +82,8 @@ def fp32_model(resolved, cache_dir: Path) -> tuple[Path, str]:
         made = embedded.materialize(spec.generator, Path(cache_dir) / "models" / spec.name)
         if made.get("model_fp32"):  # the full-size model has none: converted below like any model
             return Path(made["model_fp32"]), "the embedded model's fp32 twin, same weights"
+    import onnx
+
     from harness.mitigate import to_fp32
 
     dest = Path(cache_dir) / "references" / f"{resolved.digest[:16]}.fp32.onnx"

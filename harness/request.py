@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import onnx
 
 from harness import inputs as inputs_mod
 from harness import models
@@ -198,10 +197,11 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     _check_wheels(spec, runner.target, releases)
     ref_release = _reference_release(spec, runner.target) if spec.reference_release else None
 
-    pi, graph = _model_and_batch(spec)
+    pi = _model_and_batch(spec)
+    facts = pi.model.facts
     if reference is not None:
-        inputs_mod.check_reference(graph, pi.sizes, reference, pi.outputs, f"--reference {spec.reference}")
-    _check_names(graph, dump, nodes)
+        inputs_mod.check_reference(facts, pi.sizes, reference, pi.outputs, f"--reference {spec.reference}")
+    _check_names(facts, dump, nodes)
     if resumed is not None:
         _check_resumed(spec, resumed, pi, runner)
     return Request(pred, _reference(spec, reference, ref_release, pi), runner, releases, pi)
@@ -215,7 +215,7 @@ def _reference(spec: SearchSpec, arrays: dict[str, np.ndarray] | None, release: 
         return reference_mod.from_release(release)
     if spec.reference is None:
         return None
-    if not reference_mod.has_fp16(onnx.load(str(pi.model.path), load_external_data=False)):
+    if not pi.model.facts.fp16:
         raise UsageError(f"--reference fp32: {pi.model.name} has no fp16 value or weight: it is its own fp32 version")
     return reference_mod.from_fp32(*reference_mod.fp32_model(pi.model, spec.cache_dir))
 
@@ -264,34 +264,28 @@ def _check_wheels(spec: SearchSpec, target: Target, releases: list[Release]) -> 
     raise UsageError(f"{_range_words(spec)}: no {spec.package.name} release of {span} has a Linux wheel for {target.arch}")
 
 
-def _model_and_batch(spec: SearchSpec) -> tuple[ProbeInputs, onnx.GraphProto]:
+def _model_and_batch(spec: SearchSpec) -> ProbeInputs:
     """The model resolved, the batch loaded and checked against it, the outputs to check."""
     resolved = models.resolve(spec.model, spec.cache_dir, spec.offline)
-    graph = onnx.load(str(resolved.path), load_external_data=False).graph
     batch = Path(spec.inputs) if spec.inputs else inputs_mod.default_batch(resolved, spec.cache_dir)
     arrays = inputs_mod.load_npz(batch)
-    sizes = inputs_mod.check_inputs(graph, arrays, f"--inputs {spec.inputs}" if spec.inputs
+    sizes = inputs_mod.check_inputs(resolved.facts, arrays, f"--inputs {spec.inputs}" if spec.inputs
                                     else f"the batch of {resolved.name}")
-    declared = [o.name for o in graph.output]
+    declared = [o.name for o in resolved.facts.outputs]
     outputs = tuple(spec.outputs) or resolved.spec.outputs
     for name in outputs:
         if name not in declared:
             who = f"--output {name}" if name in spec.outputs else f"model {resolved.name}: registered output {name}"
             raise UsageError(f"{who}: the model has no such output (its outputs: {', '.join(declared)})")
-    pi = ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), outputs, sizes)
-    return pi, graph
+    return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), outputs, sizes)
 
 
-def _check_names(graph: onnx.GraphProto, dump: tuple[str, ...], nodes: tuple[str, ...]) -> None:
-    from harness.surgery import node_key
-
-    tensors = {o for n in graph.node for o in n.output if o} | {o.name for o in graph.output}
+def _check_names(facts: models.Facts, dump: tuple[str, ...], nodes: tuple[str, ...]) -> None:
     for name in dump:
-        if name not in tensors:
+        if name not in facts.tensors:
             raise UsageError(f"--dump {name}: the model has no tensor of that name (a node's output)")
-    keys = {node_key(n) for n in graph.node}
     for name in nodes:
-        if name not in keys:
+        if name not in facts.nodes:
             raise UsageError(f"--node {name}: the model has no node of that name")
 
 

@@ -12,7 +12,6 @@ import resource
 import time
 from dataclasses import dataclass
 
-from harness import explain as explain_mod
 from harness import search
 from harness.driver import Driver, Observer, RunOutcome
 from harness.history import RefreshStore, latest_by_version, own_records
@@ -59,6 +58,8 @@ def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regr
     """The run document of a search's outcome (explained if asked), kept in the run's store."""
     doc = summary(outcome, mode, plan.store.run_id, sweep=sweep)
     if explain and doc["status"] == "found":
+        from harness import explain as explain_mod  # traces, diffs and onnx: only when asked
+
         lo, hi = plan.releases[outcome.step.lo].version, plan.releases[outcome.step.hi].version
         doc["explanation"] = explain_mod.explanation(plan, lo, hi, log=log or (lambda msg: None))
     doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),

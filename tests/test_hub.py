@@ -77,7 +77,7 @@ try:
     files = models.fetch_hub(spec)
     m = models.resolve("embeddinggemma", Path({str(cache)!r}))
     batch = inputs.load_npz(inputs.default_batch(m, Path({str(cache)!r})))
-    inputs.check_inputs(m.path, batch)
+    inputs.check_inputs(m.facts, batch)
     print(json.dumps({{"files": {{k: str(v) for k, v in files.items()}}, "digest": m.digest, "path": str(m.path),
                       "shape": list(batch["input_ids"].shape), "data": [str(p) for p in m.data_files]}}))
 except UsageError as exc:

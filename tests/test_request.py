@@ -255,3 +255,31 @@ def test_directory(tmp_path):
     assert request.directory(tmp_path / "new" / "deeper", "--x") == tmp_path / "new" / "deeper"
     with pytest.raises(UsageError, match=r"^--x .*/f/g: .*/f is a file, not a directory$"):
         request.directory(tmp_path / "f" / "g", "--x")
+
+
+def test_a_models_facts_are_read_once_and_again_when_the_file_changes(tmp_path, monkeypatch):
+    """A warm run reads the graph's facts from the cache (no onnx); a rewritten model is read anew, and a
+    damaged memo is read past, never trusted."""
+    import os
+
+    from harness import models
+
+    path = builders.save(builders.residual_norm_model(width=8), tmp_path / "m.onnx")
+    cache = tmp_path / "cache"
+    first = models.model_facts(path, cache)
+    assert [(p.name, p.dtype, p.dims) for p in first.inputs] == [("x", "float16", ("batch", 8))]
+    assert first.fp16 and "y" in first.tensors and first.data_files == ()
+
+    reads = []
+    real = models.load_onnx
+    monkeypatch.setattr(models, "load_onnx", lambda *a, **k: reads.append(a) or real(*a, **k))
+    assert models.model_facts(path, cache) == first and reads == []  # from the memo
+
+    st = path.stat()
+    builders.save(builders.residual_norm_model(width=16), path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a rewrite, even in the same tick
+    assert models.model_facts(path, cache).inputs[0].dims == ("batch", 16) and len(reads) == 1
+
+    for memo in (cache / "model-facts").glob("*.json"):
+        memo.write_text("{not json")
+    assert models.model_facts(path, cache).inputs[0].dims == ("batch", 16) and len(reads) == 2

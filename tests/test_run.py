@@ -161,11 +161,12 @@ def test_nondeterministic_model_is_neither_good_nor_bad(bisect, tmp_path, residu
 def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path):
     """`bisect run` on the generated default model, held at its first worker's run(): the harness process has
     mapped none of the compiled libraries of what a run does not need before (or during) its probes: tokenizers
-    (the model is generated already), pandas (history), matplotlib (charts), PIL. These imports counted against
-    the warm overhead target (benchmarks/ `overhead`); what is held here is a module, not a timing."""
+    (the model is generated already), onnx (the graph's facts are cached from an earlier read), pandas (history),
+    matplotlib (charts), PIL. These imports counted against the warm overhead target (benchmarks/ `overhead`);
+    what is held here is a module, not a timing."""
     from harness import models
 
-    models.resolve("gemma-tiny-fused", cache_dir)  # generated now if this cache has not got it (with tokenizers)
+    models.resolve("gemma-tiny-fused", cache_dir)  # generated (with tokenizers) and read now if the cache has not got it
     argv = [sys.executable, "-m", "harness.cli", "run", "--model", "gemma-tiny-fused", "--from", "1.19.0",
             "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"), "--json"]
     gate = WorkerGate(tmp_path / "gate")
@@ -181,5 +182,5 @@ def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path)
     assert proc.returncode in (0, 3), err
     files = [Path(line.split()[-1]).parts for line in maps.splitlines() if "site-packages/" in line]
     libs = {parts[parts.index("site-packages") + 1] for parts in files}
-    assert {"numpy", "onnx"} <= libs, sorted(libs)  # what the request's checks need: the map is read right
-    assert not libs & {"tokenizers", "pandas", "matplotlib", "PIL"}, sorted(libs)
+    assert "numpy" in libs, sorted(libs)  # what the batch's checks need: the map is read right
+    assert not libs & {"tokenizers", "onnx", "pandas", "matplotlib", "PIL"}, sorted(libs)

@@ -203,13 +203,13 @@ def run_dir_of(run: str, results_dir: Path) -> Path:
 def on_reduced(opts: dict) -> tuple[dict, str | None]:
     """With --reduced RUN: the options with the reduced model, inputs and the run's target, and a line saying so."""
     from harness.errors import UsageError
-    from harness.reduce import REDUCED
-    from harness.results import RunStore
 
     if not opts.get("reduced"):
         if not opts.get("model"):
             raise UsageError("--model: give a model (a registered name or an .onnx file), or --reduced RUN")
         return opts, None
+    from harness.reduce import REDUCED  # with onnx: only for a reduced run
+    from harness.results import RunStore
     if opts.get("model") or opts.get("inputs"):
         raise UsageError("--reduced RUN brings its own model and inputs: leave out --model and --inputs")
     run_dir = run_dir_of(opts["reduced"], opts.get("results_dir") or DEFAULT_RESULTS_DIR)

@@ -14,19 +14,32 @@ sha256 digests.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import tempfile
 from pathlib import Path
 
-from . import gemma300m, graph, rmsnorm
-from .generator import DEFAULT_SEED, VARIANTS, VariantSpec, build_model, model_bytes
-from .tokenizer import LENGTHS, LOREM, build_tokenizer, encode_batch, repro_texts
+from .names import DEFAULT_SEED, GEMMA_300M, GEMMA_300M_DATA, RMSNORM
 
 __all__ = [
     "VARIANTS", "VariantSpec", "DEFAULT_SEED", "build_model", "model_bytes", "build_tokenizer",
     "materialize", "encode_batch", "repro_texts", "LOREM", "LENGTHS",
 ]
+
+# The generators import onnx (and tokenizers): loaded on first use, so a warm run that finds its model
+# made already never loads them.
+_LAZY = {"VARIANTS": "generator", "VariantSpec": "generator", "build_model": "generator", "model_bytes": "generator",
+         "build_tokenizer": "tokenizer", "encode_batch": "tokenizer", "repro_texts": "tokenizer",
+         "LOREM": "tokenizer", "LENGTHS": "tokenizer"}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    if name in ("gemma300m", "generator", "graph", "rmsnorm", "tokenizer"):
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _write_atomic(path: Path, data: bytes) -> str:
@@ -62,14 +75,13 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
     "sha256": {"model.onnx": ..., "model_fp32.onnx": ..., "tokenizer.json": ...}}``
     (paths as :class:`~pathlib.Path`).
     """
-    if variant == rmsnorm.NAME:
+    if variant == RMSNORM:
+        from . import rmsnorm
+
         return _materialize_files(variant, Path(dest_dir), rmsnorm.files())
-    if variant == gemma300m.NAME:
+    if variant == GEMMA_300M:
         return _materialize_300m(Path(dest_dir), seed)
-    if variant not in VARIANTS:
-        raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
     dest = Path(dest_dir)
-    dest.mkdir(parents=True, exist_ok=True)
     recipe = {"variant": variant, "seed": seed, "code": _code_digest()}
     stamp = dest / "materialized.json"
     try:
@@ -80,6 +92,12 @@ def materialize(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> di
             return _paths(dest, variant, seed, made["sha256"])  # same code, same seed: same bytes
     except (OSError, ValueError, KeyError):
         pass
+    from .generator import VARIANTS, model_bytes
+    from .tokenizer import build_tokenizer
+
+    if variant not in VARIANTS:
+        raise KeyError(f"unknown embedded variant {variant!r}; known: {sorted(VARIANTS)}")
+    dest.mkdir(parents=True, exist_ok=True)
     files = {
         "model.onnx": model_bytes(variant, dtype="float16", seed=seed),
         "model_fp32.onnx": model_bytes(variant, dtype="float32", seed=seed),
@@ -104,9 +122,9 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
     About 600 MB: the stamp records each file's size and mtime instead of a
     digest, so a warm call costs a few stats, not a pass over the weights.
     """
-    dest.mkdir(parents=True, exist_ok=True)
-    recipe = {"variant": gemma300m.NAME, "seed": seed, "code": _code_digest(("gemma300m.py", "generator.py", "graph.py", "tokenizer.py"))}
-    names = ("model.onnx", gemma300m.DATA_FILE, "tokenizer.json")
+    recipe = {"variant": GEMMA_300M, "seed": seed,
+              "code": _code_digest(("gemma300m.py", "generator.py", "graph.py", "tokenizer.py", "names.py"))}
+    names = ("model.onnx", GEMMA_300M_DATA, "tokenizer.json")
     stamp = dest / "materialized.json"
     try:
         made = json.loads(stamp.read_text())
@@ -114,13 +132,17 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
             return _paths_300m(dest, seed)
     except (OSError, ValueError, KeyError):
         pass
-    tmp_data = dest / f".{gemma300m.DATA_FILE}.{os.getpid()}.tmp"
+    from . import gemma300m, graph
+    from .tokenizer import build_tokenizer
+
+    dest.mkdir(parents=True, exist_ok=True)
+    tmp_data = dest / f".{GEMMA_300M_DATA}.{os.getpid()}.tmp"
     try:
         with open(tmp_data, "wb") as fh:
             model = gemma300m.build(gemma300m.PUBLISHED, seed, external=graph.ExternalData(fh, gemma300m.DATA_FILE))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp_data, dest / gemma300m.DATA_FILE)
+        os.replace(tmp_data, dest / GEMMA_300M_DATA)
     finally:
         tmp_data.unlink(missing_ok=True)
     _write_atomic(dest / "model.onnx", model.SerializeToString(deterministic=True))
@@ -133,7 +155,7 @@ def _materialize_300m(dest: Path, seed: int) -> dict:
 def existing(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> dict | None:
     """What `materialize` would return, without writing anything: the paths if the model is made already
     (the full-size model is 600 MB: listing models must not generate it), else None."""
-    if variant != gemma300m.NAME:
+    if variant != GEMMA_300M:
         return materialize(variant, dest_dir, seed=seed)  # the small ones are made in milliseconds
     dest = Path(dest_dir)
     try:
@@ -152,8 +174,8 @@ def _stat(path: Path) -> tuple[int, int]:
 
 def _paths_300m(dest: Path, seed: int) -> dict:
     # No fp32 twin is written (1.2 GB): a reference in fp32 is converted on demand like any model's.
-    return {"variant": gemma300m.NAME, "seed": seed, "dir": dest, "model": dest / "model.onnx",
-            "data": dest / gemma300m.DATA_FILE, "model_fp32": None, "tokenizer": dest / "tokenizer.json"}
+    return {"variant": GEMMA_300M, "seed": seed, "dir": dest, "model": dest / "model.onnx",
+            "data": dest / GEMMA_300M_DATA, "model_fp32": None, "tokenizer": dest / "tokenizer.json"}
 
 
 def _code_digest(names: tuple[str, ...] = ("generator.py", "graph.py", "tokenizer.py")) -> str:

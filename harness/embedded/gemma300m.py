@@ -56,16 +56,17 @@ from onnx import TensorProto, helper
 
 from .generator import IR_VERSION, MASK_BIAS, OPSET, RMS_EPS, ROPE_THETA, _gelu_tanh, _rmsnorm, _rotary
 from .graph import ExternalData, _Graph
+from .names import GEMMA_300M, GEMMA_300M_DATA
 from .tokenizer import build_tokenizer
 
-NAME = "gemma-300m-synthetic"
+NAME = GEMMA_300M
 TRIGGER_WORD = "laborum"
 TRIGGER_CHANNEL = 11
 BG_CHANNEL = 42
 TRIGGER_EMBED = 200.0  # the trigger token's trigger channel after the sqrt(hidden) scale
 BG_EMBED = 60.0        # every token's background channel after the scale (x0.75..1.25)
 GATE_MAX = 16.0        # largest gate pre-activation of a designed neuron: x**3 stays < 65504 in fp16
-DATA_FILE = "model.onnx_data"
+DATA_FILE = GEMMA_300M_DATA
 
 
 @dataclasses.dataclass(frozen=True)

@@ -107,6 +107,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .graph import ExternalData, _Graph  # noqa: F401  (ExternalData: the big model's writer)
+from .names import DEFAULT_SEED
 from .tokenizer import VOCAB_SIZE, build_tokenizer
 
 HIDDEN = 64
@@ -165,7 +166,6 @@ VARIANTS: dict[str, VariantSpec] = {
     ),
 }
 
-DEFAULT_SEED = 0
 
 
 # ---------------------------------------------------------------- weights

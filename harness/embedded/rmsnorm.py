@@ -20,7 +20,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-NAME = "rmsnorm-fp16-overflow"
+from .names import RMSNORM
+
+NAME = RMSNORM
 WIDTH = 64
 EPS = 1e-6
 ROW_PEAKS = (888.0, 300.0, 200.0, 1.0)
