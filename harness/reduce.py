@@ -374,7 +374,19 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
 
 def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=lambda msg: None,
                      nodes: bool = True, command: list[str] | None = None) -> dict:
-    """Reduce the boundary a run found (results/<run>/reduced/); the run's own target and options."""
+    """Reduce the boundary a run found (results/<run>/reduced/); the run's own target and options.
+
+    Every candidate runs on the same two releases: their workers serve one candidate after another
+    (under emulation a worker's start is most of a tiny model's probe).
+    """
+    from harness.runners.base import reusing_workers
+
+    with reusing_workers():
+        return _reduce_saved_run(run_dir, cache_dir, offline, log, nodes, command)
+
+
+def _reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool, log, nodes: bool,
+                      command: list[str] | None) -> dict:
     import dataclasses
 
     from harness.errors import UsageError

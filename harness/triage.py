@@ -257,8 +257,10 @@ class OptionsMatrix:
     def run(self) -> dict[str, dict]:
         from concurrent.futures import ThreadPoolExecutor
 
+        from harness.runners.base import reusing_workers
+
         self.prepare()
-        with ThreadPoolExecutor(self.jobs) as pool:
+        with reusing_workers(), ThreadPoolExecutor(self.jobs) as pool:  # one release: its workers serve every combo
             results = list(pool.map(self.verdict, self.combos))
         return {c.id: r for c, r in zip(self.combos, results)}
 

@@ -6,9 +6,11 @@ nothing of the harness, and never decides good or bad. It reads a request
 It must run on every onnxruntime release from 1.19 on and Python 3.8 on.
 
     python worker.py REQUEST.json
+    python worker.py --serve          (request paths on stdin, a status line each on stdout)
 
 Exit status: 0 result written, 3 result written with an error (the model
-would not load or run on this release), anything else: no result.
+would not load or run on this release), anything else: no result. Serving,
+the status of each request is its answer line, and the process ends at EOF.
 """
 
 import hashlib
@@ -179,8 +181,19 @@ def rows_summary(np, feeds, names, values):
     }
 
 
-def probe(request, result):
-    """Fill `result` in place, so that a failure keeps what was seen before it."""
+def session_key(request):
+    """What makes a session: the model file as it is now, its options and providers."""
+    st = os.stat(request["model"])
+    return json.dumps([request["model"], st.st_size, st.st_mtime_ns, request.get("session_options") or {},
+                       request.get("providers")], sort_keys=True)
+
+
+def probe(request, result, kept=None):
+    """Fill `result` in place, so that a failure keeps what was seen before it.
+
+    `kept` (serving): the last session made, by session_key; a request with
+    the same model and options runs on it instead of making it again.
+    """
     t0 = time.perf_counter()
     result.update(
         worker=1,
@@ -210,12 +223,19 @@ def probe(request, result):
     so = session_options(ort, opts)
     result["session_options"] = opts
     t = time.perf_counter()
+    key = session_key(request) if kept is not None else None
     providers = request.get("providers")  # [[name, options]]; absent: the CPU provider, as in every release
-    if providers:
+    if key is not None and kept.get("key") == key:
+        sess = kept["session"]
+        result["session_reused"] = True
+    elif providers:
         sess = ort.InferenceSession(request["model"], sess_options=so, providers=[p[0] for p in providers],
                                     provider_options=[p[1] for p in providers])
     else:
         sess = ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"])
+    if key is not None:
+        kept.clear()  # one session at a time: a reduction's candidates must not pile up in memory
+        kept.update(key=key, session=sess)
     result["session_s"] = time.perf_counter() - t
     # what really runs the model: onnxruntime falls back to the CPU provider when the one asked for fails
     result["providers_used"] = sess.get_providers()
@@ -260,25 +280,50 @@ def write_json(path, doc):
     os.replace(tmp, path)
 
 
-def main(argv):
-    with open(argv[1]) as f:
+def handle(request_path, served=0, kept=None):
+    """One request: its result written; EXIT_OK or EXIT_ERROR."""
+    with open(request_path) as f:
         request = json.load(f)
-    if request.get("memory_limit_mb"):
+    if request.get("memory_limit_mb") and not served:
         # address-space cap, set before onnxruntime is imported: allocations past it fail
+        # (a serving process is started for one limit: the harness never sends it another)
         limit = int(request["memory_limit_mb"]) << 20
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     status = EXIT_OK
     result = {}
     t0 = time.perf_counter()
     try:
-        probe(request, result)
+        probe(request, result, kept)
     except Exception as exc:  # the model fails on this release: that is a result too
         status = EXIT_ERROR
         result.update(error="%s: %s" % (type(exc).__name__, exc), traceback=traceback.format_exc())
     result["wall_s"] = time.perf_counter() - t0
+    # serving, this is the process's peak over every request so far
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    if served:
+        result["served"] = served  # requests this process ran before: imports (maybe a session) were made then
     write_json(request["result_path"], result)
     return status
+
+
+def serve():
+    """Many requests in one process: the release's import (tens of seconds under emulation) is paid once."""
+    kept = {}
+    served = 0
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        status = handle(line.strip(), served, kept)
+        served += 1
+        sys.stdout.write("%d\n" % status)
+        sys.stdout.flush()
+    return EXIT_OK
+
+
+def main(argv):
+    if argv[1:] == ["--serve"]:
+        return serve()
+    return handle(argv[1])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import platform
+import select
 import shlex
 import shutil
 import signal
@@ -246,7 +247,13 @@ def read_result(workdir: Path) -> dict | None:
 
 def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: float,
                        env: dict | None = None) -> ProcessOutcome:
-    """Run a worker command as its own process group; kill the group on timeout."""
+    """Run a worker command as its own process group; kill the group on timeout.
+
+    Inside `reusing_workers()`, a live serving worker of the same command runs it instead.
+    """
+    pool = _pool
+    if pool is not None:
+        return pool.run(argv, request, workdir, timeout, env)
     request_path = write_request(workdir, request)
     stderr_path = workdir / "stderr.txt"
     t0 = time.perf_counter()
@@ -286,3 +293,126 @@ def _kill_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
+
+
+# --- serving workers ------------------------------------------------------------------------------------
+
+
+class _Served:
+    """One `worker.py --serve` process: requests one at a time, its stderr in a file of its own."""
+
+    def __init__(self, argv: list[str], env: dict | None, stderr_path: Path):
+        self.stderr_path = stderr_path
+        with open(stderr_path, "wb") as err:
+            self.proc = subprocess.Popen([*argv, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=err, env=env, start_new_session=True)
+        with _live_lock:
+            _live.add(self.proc)
+
+    def run(self, request: dict, workdir: Path, timeout: float) -> tuple[ProcessOutcome, bool]:
+        """The outcome of one request, and whether the process can take another."""
+        request_path = write_request(workdir, request)
+        offset = self.stderr_path.stat().st_size
+        t0 = time.perf_counter()
+        answer, timed_out = b"", False
+        try:
+            self.proc.stdin.write(f"{request_path}\n".encode())
+            self.proc.stdin.flush()
+            ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+            if ready:
+                answer = self.proc.stdout.readline()  # one line, written at once; b"" if the process died
+            else:
+                timed_out = True
+        except BrokenPipeError:
+            pass  # it died before taking the request: its end is read below
+        except BaseException:  # Ctrl-C: never leave a worker behind
+            self.close(kill=True)
+            raise
+        alive = answer.strip().isdigit()
+        if not alive:
+            self.close(kill=True)
+        rc = int(answer) if alive else self.proc.returncode
+        with open(self.stderr_path, "rb") as err:
+            err.seek(offset)
+            tail = err.read()[-STDERR_TAIL:].decode("utf-8", "replace")
+        return ProcessOutcome(
+            returncode=rc if rc is not None and rc >= 0 and not timed_out else None,
+            signal=-rc if rc is not None and rc < 0 else None,
+            timed_out=timed_out,
+            seconds=time.perf_counter() - t0,
+            stderr_tail=tail,
+            result=read_result(workdir),
+        ), alive
+
+    def close(self, kill: bool = False) -> None:
+        if not kill:
+            try:
+                self.proc.stdin.close()  # EOF: the worker returns
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                kill = True
+        if kill:
+            _kill_group(self.proc)
+        with _live_lock:
+            _live.discard(self.proc)
+
+
+class WorkerPool:
+    """Serving workers kept alive between requests of the same command (release, backend, limits).
+
+    A probe under QEMU spends most of its time importing numpy and
+    onnxruntime (20-30 s for a tiny model); a reduction or a triage probes the
+    same two releases dozens of times. A worker that died, timed out or was
+    interrupted is not reused: the next request starts a new one.
+    """
+
+    def __init__(self, scratch: Path):
+        self.scratch = scratch
+        self._idle: dict[str, list[_Served]] = {}
+        self._all: list[_Served] = []
+        self._lock = threading.Lock()
+
+    def run(self, argv: list[str], request: dict, workdir: Path, timeout: float, env: dict | None) -> ProcessOutcome:
+        # one process serves one command line, environment and memory cap (set once, at its first request)
+        key = json.dumps([argv, sorted((env or {}).items()), request.get("memory_limit_mb")])
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            served = None
+            while idle and served is None:
+                served = idle.pop()
+                if served.proc.poll() is not None:  # ended while idle: its end is no request's outcome
+                    served.close(kill=True)
+                    served = None
+            if served is None:
+                served = _Served(argv, env, self.scratch / f"stderr-{len(self._all)}.txt")
+                self._all.append(served)
+        outcome, alive = served.run(request, workdir, timeout)
+        if alive:
+            with self._lock:
+                self._idle[key].append(served)
+        return outcome
+
+    def close(self) -> None:
+        for served in self._all:
+            served.close()
+
+
+_pool: WorkerPool | None = None
+
+
+@contextlib.contextmanager
+def reusing_workers():
+    """Within: workers started by `run_worker_process` serve every later request of the same command."""
+    global _pool
+    if _pool is not None:  # nested: the outer pool serves
+        yield
+        return
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ortbisect-workers-") as scratch:
+        _pool = WorkerPool(Path(scratch))
+        try:
+            yield
+        finally:
+            pool, _pool = _pool, None
+            pool.close()

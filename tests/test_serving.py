@@ -1,0 +1,90 @@
+"""Serving workers (`reusing_workers`): one process answers many requests of the same release, and a worker
+that dies or times out is replaced, never reused. Real releases, real worker processes."""
+
+from __future__ import annotations
+
+import os
+import platform
+
+import numpy as np
+import pytest
+
+import builders
+import harness.runners.base as base
+from harness.runners.base import reusing_workers
+from harness.runners.uv import UvRunner
+from harness.versions import Release, Target
+
+pytestmark = pytest.mark.release
+VERSION = "1.19.2"
+
+
+@pytest.fixture(scope="module")
+def env(cache_dir):
+    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
+    release = Release(VERSION, [f"onnxruntime-{VERSION}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"])
+    return runner, runner.prepare(release)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("serving")
+    norm = builders.save(builders.residual_norm_model(), d / "norm.onnx")
+    np.savez(d / "norm.npz", **builders.residual_norm_inputs())
+    spin = builders.save(builders.spin_model(), d / "spin.onnx")
+    np.savez(d / "spin.npz", x=np.zeros(1, np.float32))
+    return d
+
+
+def request(files, name: str, outputs_path=None) -> dict:
+    return {"model": str(files / f"{name}.onnx"), "inputs": str(files / f"{name}.npz"), "outputs": [],
+            "session_options": {}, "memory_limit_mb": None, "outputs_path": outputs_path}
+
+
+def probe(runner, env, req, workdir, timeout=120.0):
+    return runner.run(env, req, workdir, timeout)
+
+
+def test_one_worker_serves_many_requests_with_the_answers_of_one_process_each(env, files, tmp_path):
+    runner, e = env
+    alone = probe(runner, e, request(files, "norm", str(tmp_path / "alone.npz")), tmp_path / "alone")
+    assert alone.returncode == 0 and "served" not in alone.result, alone.stderr_tail
+    with reusing_workers():
+        served = [probe(runner, e, request(files, "norm", str(tmp_path / f"s{i}.npz")), tmp_path / f"s{i}")
+                  for i in range(3)]
+    assert [o.returncode for o in served] == [0, 0, 0], [o.stderr_tail for o in served]
+    assert [o.result.get("served") for o in served] == [None, 1, 2]  # one process: the 2nd and 3rd came after
+    assert [o.result.get("session_reused", False) for o in served] == [False, True, True]  # same model, options
+    assert served[1].result["import_s"] < alone.result["import_s"] / 5  # imported once
+    for i, o in enumerate(served):
+        assert o.result["outputs"] == alone.result["outputs"] and o.result["rows"] == alone.result["rows"]
+        with np.load(tmp_path / f"s{i}.npz") as got, np.load(tmp_path / "alone.npz") as want:
+            np.testing.assert_array_equal(got["y"], want["y"])
+
+
+def test_a_worker_that_times_out_or_dies_is_replaced_and_the_next_request_runs(env, files, tmp_path):
+    runner, e = env
+    with reusing_workers():
+        first = probe(runner, e, request(files, "norm"), tmp_path / "a")
+        spun = probe(runner, e, request(files, "spin"), tmp_path / "b", timeout=3.0)
+        after = probe(runner, e, request(files, "norm"), tmp_path / "c")
+        assert first.returncode == 0 and after.returncode == 0, after.stderr_tail
+        assert spun.timed_out and spun.result is None and spun.returncode is None
+        assert "served" not in after.result  # a new process: the one that spun was killed, not reused
+
+        # a worker killed while it waits for its next request: the request goes to a new one, not to its end
+        pool = base._pool
+        idle = [s for s in pool._all if s.proc.poll() is None]
+        assert len(idle) == 1
+        os.killpg(idle[0].proc.pid, 9)
+        idle[0].proc.wait()
+        again = probe(runner, e, request(files, "norm"), tmp_path / "d")
+        assert again.returncode == 0 and "served" not in again.result, again.stderr_tail
+    assert len(pool._all) == 3 and all(s.proc.poll() is not None for s in pool._all)  # none outlives the pool
+    assert base._pool is None
+
+
+def test_outside_a_pool_every_request_is_its_own_process(env, files, tmp_path):
+    runner, e = env
+    outs = [probe(runner, e, request(files, "norm"), tmp_path / f"p{i}") for i in range(2)]
+    assert [o.returncode for o in outs] == [0, 0] and all("served" not in o.result for o in outs)
