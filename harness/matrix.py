@@ -15,7 +15,7 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     releases = { since = "1.19.0" }       # every release >= 1.19.0, newest included (re-read each run)
     # releases = { from = "1.22.1", to = "1.25.1" }
     bad_if = "nan-or-inf"                 # optional, as --bad-if
-    timeout = 600                         # optional, seconds per probe
+    timeout = 600                         # optional, seconds per probe (default: as --timeout's)
     python = "3.11"                       # optional, Python of the probe environments
 
     [[models]]
@@ -79,7 +79,7 @@ class Cell:
     mode: str  # bisect | sweep
     releases: dict  # {"since": X} or {"from": X, "to": Y}
     bad_if: str
-    timeout: float
+    timeout: float | None  # None: as --timeout's default
     python: str
 
     @property
@@ -276,7 +276,7 @@ def load(path: Path) -> Matrix:
 
     try:  # the rules of --bad-if and --timeout, spelt as the file's keys
         predicate = request.predicate(bad_if)
-        timeout = request.seconds(doc.get("timeout", 600), "timeout")
+        timeout = request.seconds(doc["timeout"], "timeout") if "timeout" in doc else None
     except UsageError as exc:
         _fail(path, str(exc).replace("--bad-if ", "bad_if ", 1))
     if predicate.needs_reference:

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import request
 from harness.errors import UsageError
 from harness.packages import Package, of_key
-from harness.probe import ProbeJob
+from harness.probe import ProbeJob, default_timeout
 from harness.reference import Reference
 from harness.request import ProbeInputs
 from harness.results import MANIFEST, RunStore, run_id_for
@@ -41,7 +41,7 @@ class SearchSpec:
     offline: bool = False
     results_dir: Path = DEFAULT_RESULTS_DIR
     resume: str | None = None
-    timeout: float = 600.0
+    timeout: float | None = None  # None: probe.default_timeout, by the model's size and the backend
     bad_if: str = "nan-or-inf"
     reference: Path | str | None = None  # FILE.npz, or "fp32"
     reference_release: str | None = None
@@ -90,7 +90,11 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
             "predicate": str(req.predicate),
             "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label} if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
-    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, spec.timeout, spec.repeat,
+    timeout = spec.timeout
+    if timeout is None:
+        weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
+        timeout = default_timeout(weights, runner.emulates(runner.target.arch))
+    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
                    spec.memory_limit_mb)
     return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
 

@@ -37,6 +37,17 @@ class ProbeJob:
     memory_limit_mb: int | None = None  # the worker's address-space cap
 
 
+def default_timeout(weight_bytes: int, emulated: bool) -> float:
+    """Seconds a probe may take when --timeout is not given: long enough for a slow probe, short enough to end a hang.
+
+    Ten minutes for a small model, ten more per 100 MB of weights (a 600 MB model's full 20x512 batch took
+    3 to 26 minutes natively on 2 shared cores), twenty times that under emulation (QEMU ran one of its
+    114-token rows in 11 minutes).
+    """
+    minutes = 10 + 10 * weight_bytes / 100e6
+    return 60.0 * minutes * (20 if emulated else 1)
+
+
 def signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name

@@ -165,7 +165,8 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     `dump` and `nodes` are tensor and node names a command will use (`trace
     --dump`, `mitigate --node`); they must be the model's.
     """
-    seconds(spec.timeout)
+    if spec.timeout is not None:
+        seconds(spec.timeout)
     pred = predicate(spec.bad_if)
     given = [f for f, v in (("--reference", spec.reference), ("--reference-release", spec.reference_release)) if v]
     if len(given) > 1:

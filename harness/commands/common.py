@@ -135,8 +135,9 @@ arch_options = compose(
 target_options = compose(package_options, arch_options)
 results_dir_option = click.option("--results-dir", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR,
                                   show_default=True, callback=directory_option, help="Where runs are kept (one directory per run).")
-timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True,
-                              help="Seconds per probe.")
+timeout_option = click.option("--timeout", type=FiniteFloatRange(min=1), default=None,
+                              help="Seconds per probe [default: 600 for a small model; 10 more minutes per 100 MB "
+                                   "of weights, and 20 times that under emulation].")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of tables.")
 jobs_option = click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True, help="Probes at once.")
 graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVELS)), default=None,
