@@ -55,7 +55,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from .generator import IR_VERSION, MASK_BIAS, OPSET, RMS_EPS, ROPE_THETA, _gelu_tanh, _rmsnorm, _rotary
-from .graph import ExternalData, _Graph
+from .graph import ExternalData, _Graph, sentence_embedding_head
 from .names import GEMMA_300M, GEMMA_300M_DATA
 from .tokenizer import build_tokenizer
 
@@ -228,17 +228,7 @@ def build(shape: Shape = PUBLISHED, seed: int = 0, external: ExternalData | None
         x = g.node("Add", f"{L}/Add_1", [x, down])
 
     x = norm("/model/norm", x, "model.norm.weight", out="last_hidden_state")
-    m3 = g.node("Unsqueeze", "/pooling/Unsqueeze", [mask, g.ints("/model/axes_last", [-1])])
-    tot = g.node("ReduceSum", "/pooling/ReduceSum", [g.node("Mul", "/pooling/Mul", [x, m3]),
-                                                    g.ints("/pooling/axes", [1])], keepdims=0)
-    cnt = g.node("ReduceSum", "/pooling/ReduceSum_1", [m3, g.ints("/pooling/axes", [1])], keepdims=0)
-    x = g.node("Div", "/pooling/Div", [tot, cnt])
-    x = g.node("MatMul", "/dense.0/MatMul", [x, take("dense.0.weight")])
-    x = g.node("MatMul", "/dense.1/MatMul", [x, take("dense.1.weight")])
-    x = g.node("Cast", "/Cast", [x], to=TensorProto.FLOAT)
-    nrm = g.node("ReduceL2", "/normalize/ReduceL2", [x, g.ints("/model/axes_last", [-1])], keepdims=1)
-    nrm = g.node("Clip", "/normalize/Clip", [nrm, g.const("/normalize/eps", 1e-12, np.float32)])
-    g.nodes.append(helper.make_node("Div", [x, nrm], ["sentence_embedding"], name="/normalize/Div"))
+    sentence_embedding_head(g, x, mask, take)
     assert not W, f"weights left unused: {sorted(W)}"
 
     graph = helper.make_graph(

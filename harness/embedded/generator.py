@@ -106,7 +106,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from .graph import ExternalData, _Graph  # noqa: F401  (ExternalData: the big model's writer)
+from .graph import ExternalData, _Graph, sentence_embedding_head  # noqa: F401  (ExternalData: the big model's writer)
 from .names import DEFAULT_SEED
 from .tokenizer import VOCAB_SIZE, build_tokenizer
 
@@ -377,22 +377,7 @@ def build_model(variant: str, *, dtype: str = "float16", seed: int = DEFAULT_SEE
     # SimplifiedLayerNormalization that only feeds MatMuls never rounds its input.
     x = _rmsnorm(g, "/model/norm", x, W["model.norm.weight"], fused, out="last_hidden_state")
 
-    # Mean pooling over the attention mask.
-    m3 = g.node("Unsqueeze", "/pooling/Unsqueeze", [mask, g.ints("/model/axes_last", [-1])])
-    xs = g.node("Mul", "/pooling/Mul", [x, m3])
-    tot = g.node("ReduceSum", "/pooling/ReduceSum", [xs, g.ints("/pooling/axes", [1])], keepdims=0)
-    cnt = g.node("ReduceSum", "/pooling/ReduceSum_1", [m3, g.ints("/pooling/axes", [1])], keepdims=0)
-    x = g.node("Div", "/pooling/Div", [tot, cnt])
-
-    x = g.node("MatMul", "/dense.0/MatMul", [x, g.init("dense.0.weight", W["dense.0.weight"])])
-    x = g.node("MatMul", "/dense.1/MatMul", [x, g.init("dense.1.weight", W["dense.1.weight"])])
-
-    # L2 normalisation in float32: onnxruntime 1.19.x returns zeros from an fp16
-    # Clip that has only a min (measured), which would poison every row.
-    x = g.node("Cast", "/Cast", [x], to=TensorProto.FLOAT)
-    nrm = g.node("ReduceL2", "/normalize/ReduceL2", [x, g.ints("/model/axes_last", [-1])], keepdims=1)
-    nrm = g.node("Clip", "/normalize/Clip", [nrm, g.const("/normalize/eps", 1e-12, np.float32)])
-    g.nodes.append(helper.make_node("Div", [x, nrm], ["sentence_embedding"], name="/normalize/Div"))
+    sentence_embedding_head(g, x, mask, lambda name: g.init(name, W[name]))
 
     graph = helper.make_graph(
         g.nodes, f"{variant}-{dtype}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 
 class _Graph:
@@ -39,6 +39,26 @@ class _Graph:
         outs = [out] if out else [f"{name}_output_{k}" for k in range(n_out)]
         self.nodes.append(helper.make_node(op, inputs, outs, name=name, domain=domain, **attrs))
         return outs[0] if n_out == 1 else outs
+
+
+def sentence_embedding_head(g: _Graph, x: str, mask: str, weight) -> None:
+    """Mean pooling over the mask, the dense projections dense.0 and dense.1, and L2 normalisation to
+    `sentence_embedding`, as sentence-transformers exports them. `weight(name)` names a weight's initializer.
+
+    The normalisation runs in float32: onnxruntime 1.19.x returns zeros from an fp16 Clip that has only a
+    min (measured), which would poison every row.
+    """
+    m3 = g.node("Unsqueeze", "/pooling/Unsqueeze", [mask, g.ints("/model/axes_last", [-1])])
+    xs = g.node("Mul", "/pooling/Mul", [x, m3])
+    tot = g.node("ReduceSum", "/pooling/ReduceSum", [xs, g.ints("/pooling/axes", [1])], keepdims=0)
+    cnt = g.node("ReduceSum", "/pooling/ReduceSum_1", [m3, g.ints("/pooling/axes", [1])], keepdims=0)
+    x = g.node("Div", "/pooling/Div", [tot, cnt])
+    x = g.node("MatMul", "/dense.0/MatMul", [x, weight("dense.0.weight")])
+    x = g.node("MatMul", "/dense.1/MatMul", [x, weight("dense.1.weight")])
+    x = g.node("Cast", "/Cast", [x], to=TensorProto.FLOAT)
+    nrm = g.node("ReduceL2", "/normalize/ReduceL2", [x, g.ints("/model/axes_last", [-1])], keepdims=1)
+    nrm = g.node("Clip", "/normalize/Clip", [nrm, g.const("/normalize/eps", 1e-12, np.float32)])
+    g.nodes.append(helper.make_node("Div", [x, nrm], ["sentence_embedding"], name="/normalize/Div"))
 
 
 class ExternalData:
