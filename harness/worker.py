@@ -24,6 +24,7 @@ import traceback
 
 EXIT_OK = 0
 EXIT_ERROR = 3
+EXIT_HELD_ORPHAN = 4  # held at a test's gate when the harness died
 
 GRAPH_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -264,10 +265,12 @@ def hold(directory):
     machine of any speed: the worker writes `running-PID` and waits for
     `go-PID` or `go` to appear in `directory`.
     """
-    pid = os.getpid()
+    pid, parent = os.getpid(), os.getppid()
     open(os.path.join(directory, "running-%d" % pid), "w").close()
     gates = (os.path.join(directory, "go-%d" % pid), os.path.join(directory, "go"))
     while not any(os.path.exists(g) for g in gates):
+        if os.getppid() != parent:  # the harness is gone (a test gave up on it): nobody will let this one go
+            sys.exit(EXIT_HELD_ORPHAN)
         time.sleep(0.01)
 
 

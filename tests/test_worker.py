@@ -107,3 +107,50 @@ def test_a_nan_row_in_two_outputs_is_counted_once_on_a_real_release(bisect, tmp_
     per_output = {o["name"]: o["nan_rows"] for o in stored["result"]["outputs"]}
     assert per_output == {"y": 7, "z": 7, "t": 1}  # per-output counts stay in the record (their sum: 15)
     assert stored["result"]["rows"]["outputs"] == ["y", "z"] and stored["result"]["rows"]["nan_rows"] == 7
+
+
+@pytest.mark.release
+def test_a_worker_held_at_a_gate_ends_when_its_harness_is_gone(cache_dir, tmp_path):
+    """A test that gives up kills its harness; the worker it held must not spin at the gate for ever."""
+    import os
+    import platform
+    import subprocess
+    import sys
+    import time
+
+    import builders
+    from harness.runners.uv import UvRunner
+    from harness.versions import Release, Target
+
+    version = "1.19.2"
+    env = UvRunner(Target(platform.machine(), "3.11"), cache_dir).prepare(
+        Release(version, [f"onnxruntime-{version}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"]))
+    builders.save(builders.residual_norm_model(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", **builders.residual_norm_inputs())
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    (tmp_path / "request.json").write_text(json.dumps({
+        "model": str(tmp_path / "m.onnx"), "inputs": str(tmp_path / "b.npz"), "outputs": [], "session_options": {},
+        "memory_limit_mb": None, "outputs_path": None, "hold_dir": str(gate),
+        "result_path": str(tmp_path / "result.json")}))
+    # a stand-in harness: starts the worker, waits until it is held, then dies without letting it go
+    harness = subprocess.Popen([sys.executable, "-c", (
+        "import os, subprocess, sys, time\n"
+        f"w = subprocess.Popen([{str(env.path / 'bin' / 'python')!r}, '-I', {str(WORKER)!r}, "
+        f"{str(tmp_path / 'request.json')!r}])\n"
+        f"while not os.path.exists(os.path.join({str(gate)!r}, 'running-%d' % w.pid)): time.sleep(0.05)\n"
+        "print(w.pid, flush=True)\n"
+        "os._exit(0)\n")], stdout=subprocess.PIPE, text=True)
+    worker_pid = int(harness.stdout.readline())
+    harness.wait(timeout=120)
+    deadline = time.monotonic() + 30
+    while os.path.exists(f"/proc/{worker_pid}") and time.monotonic() < deadline:
+        with open(f"/proc/{worker_pid}/stat") as f:
+            if f.read().split()[2] == "Z":  # ended, waiting for init to reap it
+                break
+        time.sleep(0.1)
+    alive = os.path.exists(f"/proc/{worker_pid}") and open(f"/proc/{worker_pid}/stat").read().split()[2] != "Z"
+    if alive:
+        os.kill(worker_pid, 9)
+    assert not alive, "the held worker outlived its harness"
+    assert not (tmp_path / "result.json").exists()  # it never ran the model
