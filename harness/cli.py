@@ -8,8 +8,10 @@ imports of the other commands before its first probe.
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
+import signal
 import sys
 import warnings
 
@@ -48,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     interrupted), one line on stderr and, when the command line has --json, one JSON object
     `{"error": ..., "exit_status": ...}` on stdout."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:  # the process is ours: `kill -USR1 PID` prints every thread's stack (to diagnose a hang)
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     as_json = "--json" in (args[:args.index("--")] if "--" in args else args)
     shown = warnings.showwarning
 

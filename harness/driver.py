@@ -12,7 +12,7 @@ import dataclasses
 import os
 import tempfile
 import threading
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -118,14 +118,19 @@ class Driver:
                 self.observer.probe_started(self.releases[i].version)
                 futures.append(probes.submit(self._probe, self.releases[i], job))
             try:
-                for fut in as_completed(futures):
-                    made = fut.result()  # the fp32 reference's probe first, if one was made; the probe last
-                    for rec in made:
-                        self._append(rec)  # on disk before anything else happens
-                    rec = made[-1]
-                    records[rec["version"]] = self.judge(rec)
-                    outcome.probed_now.append(rec["version"])
-                    self.observer.probe_finished(records[rec["version"]], reused=False)
+                pending = set(futures)
+                while pending:
+                    # never an unbounded wait: a Ctrl-C that lands while this thread sleeps in a lock is
+                    # raised within a second, not when the probe ends (a held worker may never end)
+                    done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                    for fut in done:
+                        made = fut.result()  # the fp32 reference's probe first, if one was made; the probe last
+                        for rec in made:
+                            self._append(rec)  # on disk before anything else happens
+                        rec = made[-1]
+                        records[rec["version"]] = self.judge(rec)
+                        outcome.probed_now.append(rec["version"])
+                        self.observer.probe_finished(records[rec["version"]], reused=False)
             except BaseException:
                 # Interrupted: what finished is on disk; stop what is still running.
                 for fut in futures:

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -126,7 +127,13 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
         (probes,) = (tmp_path / "res").rglob("probes.jsonl")
         wait_for(lambda: len(probes.read_text().splitlines()) == 2, "the first two probes to be recorded")
         proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr: where it hangs
+            time.sleep(2)
+            proc.kill()
+            raise AssertionError(f"the harness did not end 60 s after Ctrl-C:\n{proc.communicate()[1][-8000:]}")
     finally:
         proc.kill()
     assert proc.returncode == 130, stderr
