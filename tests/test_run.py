@@ -118,7 +118,12 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
             "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
             "--json"]
     gate = WorkerGate(tmp_path / "gate")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    # As a terminal's foreground job has it: SIGINT at its default. A suite started in the background by a
+    # non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it (POSIX's rule for
+    # background jobs), so without this the Ctrl-C below would never arrive.
+    foreground = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.argv[1], sys.argv[1:])"]
+    proc = subprocess.Popen([*foreground, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **gate.env})
     try:
         for _ in range(2):
