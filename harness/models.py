@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
+from harness.results import write_atomic
 
 if TYPE_CHECKING:
     import onnx
@@ -242,9 +243,7 @@ def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
     facts = facts_of(load_onnx(path, flag))
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(facts.to_json()))
-        os.replace(tmp, memo)
+        write_atomic(memo, json.dumps(facts.to_json()))
     except OSError:
         pass  # a read-only cache: read the graph again next time
     return facts
@@ -311,9 +310,7 @@ def files_digest(paths: list[Path], cache_dir: Path) -> str:
     if changed:
         try:
             memo_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(memo))
-            os.replace(tmp, memo_path)
+            write_atomic(memo_path, json.dumps(memo))
         except OSError:
             pass
     return h.hexdigest()

@@ -276,13 +276,17 @@ def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: f
         finally:
             with _live_lock:
                 _live.discard(proc)
-    rc = proc.returncode
+    return _outcome(proc.returncode, timed_out, t0, stderr_path.read_bytes(), workdir)
+
+
+def _outcome(rc: int | None, timed_out: bool, t0: float, stderr: bytes, workdir: Path) -> ProcessOutcome:
+    """How a worker's request ended: its exit status (or the signal that ended it) and the result it wrote."""
     return ProcessOutcome(
         returncode=rc if rc is not None and rc >= 0 else None,
         signal=-rc if rc is not None and rc < 0 else None,
         timed_out=timed_out,
         seconds=time.perf_counter() - t0,
-        stderr_tail=stderr_path.read_bytes()[-STDERR_TAIL:].decode("utf-8", "replace"),
+        stderr_tail=stderr[-STDERR_TAIL:].decode("utf-8", "replace"),
         result=read_result(workdir),
     )
 
@@ -331,18 +335,10 @@ class _Served:
         alive = answer.strip().isdigit()
         if not alive:
             self.close(kill=True)
-        rc = int(answer) if alive else self.proc.returncode
         with open(self.stderr_path, "rb") as err:
-            err.seek(offset)
-            tail = err.read()[-STDERR_TAIL:].decode("utf-8", "replace")
-        return ProcessOutcome(
-            returncode=rc if rc is not None and rc >= 0 and not timed_out else None,
-            signal=-rc if rc is not None and rc < 0 else None,
-            timed_out=timed_out,
-            seconds=time.perf_counter() - t0,
-            stderr_tail=tail,
-            result=read_result(workdir),
-        ), alive
+            err.seek(offset)  # this request's part of the process's stderr
+            stderr = err.read()
+        return _outcome(int(answer) if alive else self.proc.returncode, timed_out, t0, stderr, workdir), alive
 
     def close(self, kill: bool = False) -> None:
         if not kill:
