@@ -25,7 +25,7 @@ from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, run_probe
 from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
 from harness.results import RunStore, load_outputs
-from harness.runners.base import Runner, kill_live_workers
+from harness.runners.base import Runner, kill_live_workers, retire_early_workers, reusing_workers
 from harness.search import Step, bisect_step, sweep_step
 from harness.verdicts import Predicate, judge
 from harness.versions import Release
@@ -96,7 +96,8 @@ class Driver:
         outcome = RunOutcome(self.releases, Step("probing"), records)
         installs = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
         try:
-            with ThreadPoolExecutor(self.jobs, thread_name_prefix="probe") as probes:
+            # workers of the likely next probes start (import) while the current ones run; one probe each
+            with reusing_workers(keep=False), ThreadPoolExecutor(self.jobs, thread_name_prefix="probe") as probes:
                 return self._loop(outcome, records, probes, installs, mode, sweep)
         finally:
             installs.shutdown(wait=False, cancel_futures=True)
@@ -110,13 +111,15 @@ class Driver:
             if step.done:
                 outcome.step = step
                 return outcome
-            if self.prefetch:
-                for i in step.prefetch:
-                    self._prefetch(installs, self.releases[i])
             futures = []
             for i in step.next:
                 self.observer.probe_started(self.releases[i].version)
                 futures.append(probes.submit(self._probe, self.releases[i], job))
+            if self.prefetch:
+                soon = [self.releases[i] for i in (*step.next[self.jobs:], *step.prefetch)]  # queued, then likely
+                retire_early_workers({r.version for r in soon} | {self.releases[i].version for i in step.next})
+                for release in soon:
+                    self._prefetch(installs, release)
             try:
                 pending = set(futures)
                 while pending:
@@ -248,9 +251,10 @@ class Driver:
 
         def install():
             try:
-                self.runner.prepare(release)
+                env = self.runner.prepare(release)
             except EnvironmentSkip:
-                pass  # the probe itself will record the skip
+                return  # the probe itself will record the skip
+            self.runner.start_early(env, self.job.memory_limit_mb, release.version)
 
         pool.submit(install)
 

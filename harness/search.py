@@ -85,7 +85,9 @@ def bisect_step(verdicts: Sequence[str | None], mode: str = "regression", k: int
     hi_state, hi_end = _end(verdicts, range(n - 1, -1, -1))
     pending = tuple(sorted({i for s, i in ((lo_state, lo_end), (hi_state, hi_end)) if s == "probe"}))
     if pending:
-        return Step("probing", next=pending)
+        # if the ends differ, the next round probes inside them: its environments (and workers) can start now
+        inner = [i for i in range(pending[0] + 1, pending[-1]) if verdicts[i] is None] if len(pending) == 2 else []
+        return Step("probing", next=pending, prefetch=_spread(inner, k) if inner else ())
     if lo_state == "none":
         return Step("undecidable")
     if lo_end == hi_end:  # a single release, or a single decisive one among skips

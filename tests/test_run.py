@@ -53,6 +53,9 @@ def test_same_command_again_reuses_every_probe(bisect, residual_norm, tmp_path):
     assert [p["version"] for p in second["probes"]] == [p["version"] for p in first["probes"]]
     lines = (tmp_path / "res" / first["run_id"] / "probes.jsonl").read_text().splitlines()
     assert len(lines) == first["probe_count"]
+    # the second endpoint's worker imported while the first endpoint's probe ran
+    early = [r["version"] for r in map(json.loads, lines) if "imported_early_s" in (r.get("result") or {})]
+    assert early and first["releases"][0] not in early
 
 
 def test_fix_mode_and_endpoints_agree(bisect, residual_norm):

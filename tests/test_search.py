@@ -85,6 +85,15 @@ def test_prefetch_names_the_next_round_either_way():
         assert set(bisect_step(after).next) <= set(step.prefetch)
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_while_the_endpoints_run_the_round_after_them_is_prefetched(k):
+    step = bisect_step([None] * 22, k=k)
+    assert step.next == (0, 21)
+    after = [G] + [None] * 20 + [B]
+    assert set(bisect_step(after, k=k).next) <= set(step.prefetch) and step.prefetch
+    assert bisect_step([None, None]).prefetch == ()  # nothing lies between
+
+
 def test_sweep_lists_every_transition():
     truth = [G, G, B, B, S, G, B]
     sim = simulate(truth, sweep=True)

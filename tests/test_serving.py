@@ -1,5 +1,6 @@
 """Serving workers (`reusing_workers`): one process answers many requests of the same release, and a worker
-that dies or times out is replaced, never reused. Real releases, real worker processes."""
+that dies or times out is replaced, never reused; a worker started early has imported before its request.
+Real releases, real worker processes."""
 
 from __future__ import annotations
 
@@ -88,3 +89,31 @@ def test_outside_a_pool_every_request_is_its_own_process(env, files, tmp_path):
     runner, e = env
     outs = [probe(runner, e, request(files, "norm"), tmp_path / f"p{i}") for i in range(2)]
     assert [o.returncode for o in outs] == [0, 0] and all("served" not in o.result for o in outs)
+
+
+def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_one(env, files, tmp_path):
+    runner, e = env
+    alone = probe(runner, e, request(files, "norm", str(tmp_path / "alone.npz")), tmp_path / "alone")
+    with reusing_workers(keep=False):
+        pool = base._pool
+        runner.start_early(e, None, VERSION)
+        (early,) = pool._all
+        out = probe(runner, e, request(files, "norm", str(tmp_path / "early.npz")), tmp_path / "early")
+        assert out.returncode == 0, out.stderr_tail
+        assert out.result["imported_early_s"] > 0  # it read the request only once numpy and onnxruntime were in
+        assert early.proc.poll() is not None  # one request each in a bisection's pool: it ended after it
+        assert out.result["outputs"] == alone.result["outputs"]
+        with np.load(tmp_path / "early.npz") as got, np.load(tmp_path / "alone.npz") as want:
+            np.testing.assert_array_equal(got["y"], want["y"])
+
+        second = probe(runner, e, request(files, "norm"), tmp_path / "second")  # no early worker: a new one
+        assert second.returncode == 0 and "imported_early_s" not in second.result
+
+        runner.start_early(e, None, "other")  # started for a release no longer likely: retired unused
+        runner.start_early(e, 512, "capped")  # a memory cap is set before the import: not started early
+        assert len(pool._all) == 3
+        base.retire_early_workers({VERSION})
+        assert all(s.proc.poll() is not None for s in pool._all)
+        runner.start_early(e, None, VERSION)  # left waiting: the pool's end ends it
+    assert all(s.proc.poll() is not None for s in pool._all) and len(pool._all) == 4
+

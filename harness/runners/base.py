@@ -175,9 +175,26 @@ class Runner(ABC):
     def prepare(self, release: Release) -> Environment:
         """Install `release` (or reuse it); raise EnvironmentSkip when it cannot be."""
 
-    @abstractmethod
+    def worker_command(self, env: Environment) -> tuple[list[str], dict] | None:
+        """The worker's command line and process environment for `env`, where the backend runs the worker as a
+        local process (None: it runs elsewhere, e.g. in a container, and `run` is the backend's own)."""
+        return None
+
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         """Run the worker on `request` (host paths) with its files under `workdir`."""
+        command = self.worker_command(env)
+        if command is None:
+            raise NotImplementedError(f"{self.backend}: a backend without a local worker command runs its own probes")
+        argv, child_env = command
+        return run_worker_process(argv, request, workdir, timeout, env=child_env)
+
+    def start_early(self, env: Environment, memory_limit_mb: int | None, tag: str) -> None:
+        """Start the worker of `env` now, so that its imports overlap other work and the next request of the
+        same command takes it (only within `reusing_workers()`, for a local worker and no memory cap: the cap
+        is set before onnxruntime is imported). `tag` names it for `retire_early_workers`."""
+        pool, command = _pool, self.worker_command(env)
+        if pool is not None and command is not None and not memory_limit_mb:
+            pool.start(*command, tag=tag)
 
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
@@ -302,19 +319,30 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # --- serving workers ------------------------------------------------------------------------------------
 
 
-class _Served:
-    """One `worker.py --serve` process: requests one at a time, its stderr in a file of its own."""
+def _key(argv: list[str], env: dict | None, memory_limit_mb) -> str:
+    """One serving process serves one command line, environment and memory cap (set once, at its first request)."""
+    return json.dumps([argv, sorted((env or {}).items()), memory_limit_mb])
 
-    def __init__(self, argv: list[str], env: dict | None, stderr_path: Path):
+
+class _Served:
+    """One `worker.py --serve` process: requests one at a time, its stderr in a file of its own.
+
+    Started early (`tag`), it imports numpy and onnxruntime before its first request arrives."""
+
+    def __init__(self, argv: list[str], env: dict | None, stderr_path: Path, tag: str | None = None):
         self.stderr_path = stderr_path
+        self.tag = tag
+        self.ran = False
+        flags = ["--serve", "--import-first"] if tag is not None else ["--serve"]
         with open(stderr_path, "wb") as err:
-            self.proc = subprocess.Popen([*argv, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            self.proc = subprocess.Popen([*argv, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=err, env=env, start_new_session=True)
         with _live_lock:
             _live.add(self.proc)
 
     def run(self, request: dict, workdir: Path, timeout: float) -> tuple[ProcessOutcome, bool]:
         """The outcome of one request, and whether the process can take another."""
+        self.ran = True
         request_path = write_request(workdir, request)
         offset = self.stderr_path.stat().st_size
         t0 = time.perf_counter()
@@ -359,18 +387,43 @@ class WorkerPool:
     A probe under QEMU spends most of its time importing numpy and
     onnxruntime (20-30 s for a tiny model); a reduction or a triage probes the
     same two releases dozens of times. A worker that died, timed out or was
-    interrupted is not reused: the next request starts a new one.
+    interrupted is not reused: the next request starts a new one. With
+    `keep=False` (a bisection: each release once) a worker ends after its
+    request; only workers started early (`start`) wait for one.
     """
 
-    def __init__(self, scratch: Path):
+    def __init__(self, scratch: Path, keep: bool = True):
         self.scratch = scratch
+        self.keep = keep
         self._idle: dict[str, list[_Served]] = {}
         self._all: list[_Served] = []
         self._lock = threading.Lock()
+        self._closed = False
+
+    def _new(self, argv: list[str], env: dict | None, tag: str | None = None) -> _Served:
+        served = _Served(argv, env, self.scratch / f"stderr-{len(self._all)}.txt", tag)
+        self._all.append(served)
+        return served
+
+    def start(self, argv: list[str], env: dict | None, tag: str) -> None:
+        """A worker for the next request of this command (without a memory cap), unless one is waiting."""
+        key = _key(argv, env, None)
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if not self._closed and not any(s.proc.poll() is None for s in idle):
+                idle.append(self._new(argv, env, tag))
+
+    def retire(self, keep_tags: set[str]) -> None:
+        """End the early-started workers still waiting whose tag is not in `keep_tags` (no longer likely next)."""
+        with self._lock:
+            going = [s for idle in self._idle.values() for s in idle if s.tag is not None and s.tag not in keep_tags]
+            for idle in self._idle.values():
+                idle[:] = [s for s in idle if s not in going]
+        for served in going:
+            served.close(kill=True)  # it never ran a request (maybe still importing): nothing to lose
 
     def run(self, argv: list[str], request: dict, workdir: Path, timeout: float, env: dict | None) -> ProcessOutcome:
-        # one process serves one command line, environment and memory cap (set once, at its first request)
-        key = json.dumps([argv, sorted((env or {}).items()), request.get("memory_limit_mb")])
+        key = _key(argv, env, request.get("memory_limit_mb"))
         with self._lock:
             idle = self._idle.setdefault(key, [])
             served = None
@@ -380,25 +433,29 @@ class WorkerPool:
                     served.close(kill=True)
                     served = None
             if served is None:
-                served = _Served(argv, env, self.scratch / f"stderr-{len(self._all)}.txt")
-                self._all.append(served)
+                served = self._new(argv, env)
         outcome, alive = served.run(request, workdir, timeout)
-        if alive:
+        if alive and self.keep:
             with self._lock:
                 self._idle[key].append(served)
+        elif alive:
+            served.close()
         return outcome
 
     def close(self) -> None:
+        with self._lock:
+            self._closed = True  # a worker started early from another thread after this would outlive the pool
         for served in self._all:
-            served.close()
+            served.close(kill=not served.ran)
 
 
 _pool: WorkerPool | None = None
 
 
 @contextlib.contextmanager
-def reusing_workers():
-    """Within: workers started by `run_worker_process` serve every later request of the same command."""
+def reusing_workers(keep: bool = True):
+    """Within: `run_worker_process` runs on serving workers. `keep`: each serves every later request of the
+    same command; otherwise one request each, and only `Runner.start_early` saves (it overlaps imports)."""
     global _pool
     if _pool is not None:  # nested: the outer pool serves
         yield
@@ -406,9 +463,15 @@ def reusing_workers():
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="ortbisect-workers-") as scratch:
-        _pool = WorkerPool(Path(scratch))
+        _pool = WorkerPool(Path(scratch), keep)
         try:
             yield
         finally:
             pool, _pool = _pool, None
             pool.close()
+
+
+def retire_early_workers(keep_tags: set[str]) -> None:
+    """Within `reusing_workers()`: end the early-started workers not tagged with one of `keep_tags`."""
+    if _pool is not None:
+        _pool.retire(keep_tags)

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.runners.base import WORKER, Check, Environment, ProcessOutcome, Runner, run_worker_process
+from harness.runners.base import WORKER, Check, Environment, Runner
 from harness.runners.provision import Log, ProvisionError, quiet
 from harness.runners.provision import qemu as qp
 from harness.runners.provision.sysroot import SYSROOT_DIRNAME, setup_sysroot, sysroot_python
@@ -130,9 +130,9 @@ class QemuRunner(Runner):
     def discard(self, env: Environment) -> None:
         discard_site(env)
 
-    def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
+    def worker_command(self, env: Environment) -> tuple[list[str], dict]:
         qemu, sysroot = self._tools()
         argv = qp.qemu_command(qemu, sysroot, self.cpu, [sysroot_python(sysroot), "-s", str(WORKER)])
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
         child_env.update(PYTHONPATH=str(env.path / "site"), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1")
-        return run_worker_process(argv, request, workdir, timeout, env=child_env)
+        return argv, child_env

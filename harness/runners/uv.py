@@ -9,10 +9,7 @@ from pathlib import Path
 
 from harness.errors import EnvironmentSkip
 from harness.results import write_atomic
-from harness.runners.base import (
-    WORKER, Check, Environment, ProcessOutcome, Runner, forget_build, locked_build, native_arch,
-    run_worker_process,
-)
+from harness.runners.base import WORKER, Check, Environment, Runner, forget_build, locked_build, native_arch
 from harness.uvtool import uv, uv_bin
 from harness.versions import Release
 
@@ -88,8 +85,7 @@ class UvRunner(Runner):
         except OSError:
             pass  # a read-only cache: read again next time
 
-    def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
+    def worker_command(self, env: Environment) -> tuple[list[str], dict]:
         # -I: the worker sees only its release's site-packages, nothing from the harness.
         argv = [str(env.path / "bin" / "python"), "-I", str(WORKER)]
-        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
-        return run_worker_process(argv, request, workdir, timeout, env=child_env)
+        return argv, {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
