@@ -7,9 +7,12 @@ a batch are independent in the models this tool bisects (each row's outputs
 depend on that row alone), so a row that is bad on a release makes the whole
 batch bad there. The search therefore:
 
-1. orders the rows longest first (the likeliest to overflow) and searches the
-   range on the first one; while both endpoints agree on those rows (no row
-   flips), it doubles the rows and tries again;
+1. orders the rows by how likely they are to flip and how cheap they are:
+   when probes run on another arch than the host's, a native pass of the
+   model's scout copy (harness.scout) puts first the rows whose fp16 values
+   reach 65504, shortest first; otherwise the longest rows come first. It
+   searches the range on the first row; while both endpoints agree on those
+   rows (no row flips), it doubles the rows and tries again;
 2. once the rows show a boundary, probes the last good and first bad release
    on the full batch, exactly as the user gave it;
 3. if the full batch is already bad at that last good release, another row
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import math
 import os
 import time
 
@@ -62,10 +66,10 @@ def search(spec: SearchSpec, plan: Plan, *, observer: Observer | None = None, jo
     say = log or (lambda msg: None)
     old, new = MODES["regression"]
     arrays = inputs.load_npz(plan.job.inputs)
-    order = inputs.rows_by_length(arrays)
+    order, ranked = _order(plan, arrays, say)
     rows, searches = order[:1], []
     while True:
-        say(f"searching on {_rows(rows)} of {len(order)} ({'longest first' if len(rows) < len(order) else 'all'})")
+        say(f"searching on {_rows(rows)} of {len(order)} ({ranked['order'] if len(rows) < len(order) else 'all'})")
         sub_spec = dataclasses.replace(spec, inputs=subset_batch(plan, arrays, rows), resume=None)
         sub = run_search(make_plan(sub_spec), observer=observer, jobs=jobs, prefetch=prefetch)
         d = sub.doc
@@ -78,21 +82,44 @@ def search(spec: SearchSpec, plan: Plan, *, observer: Observer | None = None, jo
             continue
         if d["status"] != "found":
             return _full_search(plan, searches, "the rows searched did not bracket a boundary", observer, jobs,
-                                prefetch, explain, log, started)
+                                prefetch, explain, log, started, ranked)
         lo, hi = d[f"last_{old}"], d[f"first_{new}"]
         chunks = inputs.length_chunks(arrays)
         say(f"verifying {lo} on every row of the batch: {len(order)} rows in {len(chunks)} probes of similar length")
         held = _every_row(spec, plan, arrays, chunks, lo, observer, jobs)
         bad_at_lo = sorted(set(r for c in held for r in c["bad_rows"]) - set(rows))
         if not bad_at_lo and all(c["verdict"] == old for c in held):
-            return _finish(plan, sub, searches, held, rows, lo, hi, started, explain, log)
+            return _finish(plan, sub, searches, held, rows, lo, hi, started, explain, log, ranked)
         if bad_at_lo:
             say(f"rows {bad_at_lo} are bad at {lo} already: they flip earlier; searching on them too")
             rows = sorted(set(rows) | set(bad_at_lo), key=order.index)
             continue
         return _full_search(plan, searches, f"the batch's rows at {lo} were " +
                             ", ".join(sorted({c['verdict'] for c in held})), observer, jobs, prefetch, explain,
-                            log, started)
+                            log, started, ranked)
+
+
+def _order(plan: Plan, arrays: dict, say) -> tuple[list[int], dict]:
+    """The rows in the order the search takes them in, and how that order was made (for the run document).
+
+    Probes on another arch than the host's (emulated, or on a remote engine) cost far more than a native pass,
+    so the rows are ranked by a native pass of the model's scout copy (harness.scout): first the rows whose
+    fp16 values reach 65504, shortest first, then the others, nearest the ceiling first. Otherwise, and when
+    no such pass can be had: longest first."""
+    from harness.runners import native_arch
+
+    if plan.runner.target.arch != native_arch():
+        from harness import scout
+
+        found = scout.host_order(plan, inputs.length_chunks(arrays), lambda rows: subset_batch(plan, arrays, rows),
+                                 say)
+        if found:
+            lengths = inputs.row_lengths(arrays)
+            peaks = found["peaks"]
+            return scout.order_rows(peaks, lengths), {
+                "order": "rows reaching fp16's ceiling natively first, shortest first; then nearest it",
+                "ranked_on": found["on"], "host_peaks": [p if math.isfinite(p) else None for p in peaks]}
+    return inputs.rows_by_length(arrays), {"order": "longest first"}
 
 
 def _every_row(spec: SearchSpec, plan: Plan, arrays: dict, chunks: list[list[int]], version: str, observer,
@@ -130,11 +157,12 @@ def _rows(rows: list[int]) -> str:
     return f"row {rows[0]}" if len(rows) == 1 else f"rows {', '.join(map(str, sorted(rows)))}"
 
 
-def _keep(found: Search, searches: list[dict], verified: dict | None, fallback: str | None, started: float) -> Search:
+def _keep(found: Search, searches: list[dict], verified: dict | None, fallback: str | None, started: float,
+          ranked: dict) -> Search:
     """The user's run document with the rows that decided each probe, counting every probe made."""
     plan, doc = found.plan, found.doc
     n = len(inputs.rows_by_length(inputs.load_npz(plan.job.inputs)))
-    doc["rows"] = {"strategy": "fewest", "batch_rows": n, "order": "longest first", "searches": searches,
+    doc["rows"] = {"strategy": "fewest", "batch_rows": n, **ranked, "searches": searches,
                    "subset_probes": sum(len(s["probes"]) for s in searches), "verified_on_full_batch": verified,
                    "fallback": fallback}
     # every probe made: on the rows searched, and (when verified) one per group of rows on the last good release
@@ -152,7 +180,7 @@ def _keep(found: Search, searches: list[dict], verified: dict | None, fallback: 
 
 
 def _finish(plan: Plan, sub: Search, searches: list[dict], held: list[dict], rows: list[int], lo: str, hi: str,
-            started: float, explain: bool, log) -> Search:
+            started: float, explain: bool, log, ranked: dict) -> Search:
     """The user's run document: the boundary of the rows searched, held to every row of the batch."""
     i, j = (next(k for k, r in enumerate(plan.releases) if r.version == v) for v in (lo, hi))
     outcome = RunOutcome(plan.releases, Step("found", lo=i, hi=j), sub.outcome.records, sub.outcome.probed_now)
@@ -163,7 +191,7 @@ def _finish(plan: Plan, sub: Search, searches: list[dict], held: list[dict], row
                               "bad_rows": [sorted(rows)[k] for k in inputs.bad_rows(
                                   sub.plan.store.outputs(hi) or {}, list(plan.job.outputs) or None)]},
                 "rows_independent": agree}
-    return _keep(finish(plan, outcome, started, explain=explain, log=log), searches, verified, None, started)
+    return _keep(finish(plan, outcome, started, explain=explain, log=log), searches, verified, None, started, ranked)
 
 
 def _same_rows(searched: dict, rows: list[int], held: list[dict]) -> dict:
@@ -182,7 +210,7 @@ def _same_rows(searched: dict, rows: list[int], held: list[dict]) -> dict:
 
 
 def _full_search(plan: Plan, searches: list[dict], why: str, observer, jobs, prefetch, explain, log,
-                 started: float) -> Search:
+                 started: float, ranked: dict) -> Search:
     (log or (lambda msg: None))(f"{why}: searching on the full batch")
     found = run_search(plan, observer=observer, jobs=jobs, prefetch=prefetch, explain=explain, log=log)
-    return _keep(found, searches, None, why, started)
+    return _keep(found, searches, None, why, started, ranked)

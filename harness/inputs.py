@@ -168,16 +168,21 @@ def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None) -> 
     return [] if bad is None else [int(i) for i in np.nonzero(bad)[0]]
 
 
+def row_lengths(arrays: dict[str, np.ndarray]) -> list[int]:
+    """Each row's tokens (of the padding mask); 0 for every row of a batch without one."""
+    n = next(iter(arrays.values())).shape[0]
+    mask = arrays.get(MASK_INPUT)
+    return [int(v) for v in mask.reshape(n, -1).sum(axis=1)] if mask is not None and mask.ndim >= 2 else [0] * n
+
+
 def rows_by_length(arrays: dict[str, np.ndarray]) -> list[int]:
     """Row indices, longest first (tokens of the padding mask; ties and mask-less batches in row order).
 
-    The longest rows are the likeliest to hold what overflows: the fewest-rows
-    search tries them first.
+    Without a better ranking (harness.scout), the longest rows are the likeliest
+    to hold what overflows: the fewest-rows search tries them first.
     """
-    n = next(iter(arrays.values())).shape[0]
-    mask = arrays.get(MASK_INPUT)
-    lengths = mask.reshape(n, -1).sum(axis=1) if mask is not None and mask.ndim >= 2 else np.zeros(n)
-    return sorted(range(n), key=lambda i: (-int(lengths[i]), i))
+    lengths = row_lengths(arrays)
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
 
 
 def length_chunks(arrays: dict[str, np.ndarray], keep: float = 2 / 3) -> list[list[int]]:

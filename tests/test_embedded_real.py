@@ -45,20 +45,30 @@ def test_decomposed_variant_is_finite_on_x86_64(bisect, newest, tmp_path):
 
 
 @pytest.mark.qemu
-def test_decomposed_variant_on_aarch64_neoverse_n1(bisect, cache_dir, tmp_path_factory):
+def test_decomposed_variant_on_aarch64_neoverse_n1_searched_on_the_row_a_native_pass_ranks_first(
+        bisect, cache_dir, tmp_path_factory):
     """The report's regression: finite on 1.23.2, NaN rows from 1.24.1 (residual Add in fp16).
 
     On rows 6 and 7 of the model's batch: under QEMU the whole batch (20 x 512 tokens) is minutes a probe,
-    these two (114 tokens) seconds; row 7 holds the trigger word and is one of the whole batch's NaN rows."""
+    these two (114 tokens) seconds; row 7 holds the trigger word and is one of the whole batch's NaN rows.
+    With --rows fewest, a native pass ranks row 7 (past 65504 on the host) first: the emulated search runs
+    on it alone, and 1.23.2 is then held on both rows."""
     res = tmp_path_factory.mktemp("aarch64")
     batch = builders.embedded_rows("gemma-tiny-decomposed", cache_dir, res / "batch.npz")
-    common = ("--model", "gemma-tiny-decomposed", "--inputs", str(batch), "--arch", "aarch64", "--backend", "qemu",
-              "--cpu", "neoverse-n1", "--timeout", "900", "--json")
-    r = bisect("sweep", "--from", "1.23.2", "--to", "1.24.1", *common, results=res)
+    r = bisect("run", "--model", "gemma-tiny-decomposed", "--inputs", str(batch), "--arch", "aarch64",
+               "--backend", "qemu", "--cpu", "neoverse-n1", "--timeout", "900", "--from", "1.23.2", "--to", "1.24.1",
+               "--rows", "fewest", "--json", results=res)
     assert r.returncode == 0, r.stderr
-    seen = by_version(r.json())
-    assert seen["1.23.2"] == ("good", 0)
-    assert seen["1.24.1"] == ("bad", 1)  # row 7
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1")
+    rows = doc["rows"]
+    assert rows["ranked_on"]["arch"] == "x86_64" and rows["ranked_on"]["version"] == "1.24.1"
+    assert rows["host_peaks"][0] < 65504 and (rows["host_peaks"][1] or float("inf")) >= 65504  # rows 6, 7
+    assert [s["rows"] for s in rows["searches"]] == [[1]]  # row 7 of the batch alone
+    held = rows["verified_on_full_batch"]
+    assert held["first_bad"]["bad_rows"] == [1]
+    assert {g["verdict"] for g in held["last_good"]["groups"]} == {"good"}
+    assert sorted(r for g in held["last_good"]["groups"] for r in g["rows"]) == [0, 1]
     # (a bisection under QEMU is test_runners_real's, on a smaller model)
 
 

@@ -1,12 +1,15 @@
-"""The fewest-rows search: rows longest first, doubled while no row flips, the boundary held to every row."""
+"""The fewest-rows search: rows longest first (or as a native pass ranks them), doubled while no row flips, the
+boundary held to every row."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from harness import embedded, inputs
+from harness import embedded, fewrows, inputs, scout
 from harness.embedded import LOREM
+from harness.embedded.generator import TRIGGER_WORD
+from harness.plan import SearchSpec, make_plan
 
 pytestmark = pytest.mark.release
 
@@ -21,6 +24,32 @@ def test_rows_longest_first_and_groups_of_similar_length():
     assert sorted(r for c in inputs.length_chunks(arrays) for r in c) == list(range(6))
     flat = {"x": np.ones((4, 3), np.float32)}  # no padding mask: one group, rows in order
     assert inputs.rows_by_length(flat) == [0, 1, 2, 3] and inputs.length_chunks(flat) == [[0, 1, 2, 3]]
+
+
+def test_rows_past_the_ceiling_come_first_shortest_first_then_the_nearest():
+    inf, nan = float("inf"), float("nan")
+    peaks = [70000.0, 10.0, inf, 60000.0, nan, 60000.0]
+    lengths = [100, 5, 300, 40, 50, 30]
+    assert scout.order_rows(peaks, lengths) == [4, 0, 2, 5, 3, 1]
+
+
+def test_a_native_pass_of_the_scout_ranks_the_trigger_rows_first(cache_dir, tmp_path):
+    # the decomposed variant: its residual Adds are standard ops, typed fp16 by onnx (a fused contrib op's are not)
+    spec = SearchSpec("gemma-tiny-decomposed", "1.19.2", "1.19.2", cache_dir=cache_dir, results_dir=tmp_path / "res")
+    plan = make_plan(spec)
+    arrays = inputs.load_npz(plan.job.inputs)
+    found = scout.host_order(plan, inputs.length_chunks(arrays), lambda rows: fewrows.subset_batch(plan, arrays, rows),
+                             lambda msg: None)
+    assert found["on"]["version"] == "1.19.2" and found["on"]["tensors"] > 0
+    tokenizer = embedded.build_tokenizer()
+    trigger = {r for r, ids in enumerate(arrays["input_ids"]) if tokenizer.token_to_id(TRIGGER_WORD) in ids}
+    assert len(trigger) == 7
+    # the residual stream passes 65504 in the trigger rows alone (finite in x86's fp32 island, or Inf once in fp16)
+    assert {r for r, p in enumerate(found["peaks"]) if p >= scout.FP16_MAX} == trigger
+    order = scout.order_rows(found["peaks"], inputs.row_lengths(arrays))
+    lengths = inputs.row_lengths(arrays)
+    assert set(order[:7]) == trigger and [lengths[r] for r in order[:7]] == sorted(lengths[r] for r in trigger)
+    assert plan.job.model.exists() and (plan.store.dir / "rows" / "scout" / "scout.onnx").exists()
 
 
 def test_the_longest_row_decides_and_every_row_holds_on_the_last_good_release(bisect):

@@ -23,7 +23,8 @@ search_options = compose(model_options, reduced_option, range_options, target_op
 @click.option("--reduce", "reduce_", is_flag=True,
               help="Then shrink the regression to the fewest rows and nodes that still flip (as `bisect reduce`).")
 @click.option("--rows", type=click.Choice(["all", "fewest"]), default="all", show_default=True,
-              help="fewest: search on the longest rows first (twice as many while no row flips), then verify "
+              help="fewest: search on the likeliest rows first (ranked by a native pass when probes run on "
+                   "another arch; else the longest), twice as many while no row flips, then verify "
                    "the boundary on the full batch; for emulated probes of big models.")
 def command(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""

@@ -1,0 +1,133 @@
+"""Which rows of a batch come closest to fp16's ceiling, measured natively on the host.
+
+An emulated probe of a full-size model costs minutes per row, so the
+fewest-rows search should start from a row that will flip, and from the
+cheapest such row. One native pass of a *scout* copy of the model answers
+that: every fp16 sum of two computed tensors (a residual stream's Adds)
+whose first axis is the batch's gets each row's largest magnitude, taken in
+fp32 (a value past 65504 that an fp32 island keeps finite reads as its real
+size), and the rows are ranked by it. The
+scout only orders the rows: no verdict is ever taken from it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+FP16_MAX = 65504.0
+OUTPUT = "ortbisect_scout_row_peaks"
+
+
+def scout_model(model_path: Path, dest: Path) -> tuple[Path, int] | None:
+    """A copy of the model (in directory `dest`, its weights linked, not copied) whose one output is
+    [rows, K]: each row's largest |value| in each of its K fp16 sums of computed tensors that have the batch's
+    first axis. None when the model has no such tensor."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from harness import surgery
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    dims = [surgery._vi_type(i)[1] for i in feeds]
+    batch = next((d[0] for d in dims if d and d[0] is not None), None)
+    if batch is None:
+        return None
+    # The sums of two computed tensors (a residual stream's Adds; not a bias or an epsilon added): where fp16
+    # transformers grow. Every fp16 tensor would be thousands of outputs, and the scout's session minutes.
+    constant = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                           for o in n.output}
+    computed_sums = {n.output[0] for n in model.graph.node
+                     if n.op_type in ("Add", "Sub") and len(n.input) == 2 and not set(n.input) & constant}
+    chosen = [t for t in surgery.intermediates(model) if t.name in computed_sums and not t.type_guessed
+              and t.elem_type == TensorProto.FLOAT16 and t.shape is not None and len(t.shape) >= 2
+              and t.shape[0] == batch]
+    if not chosen:
+        return None
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+    g = model.graph
+    g.initializer.append(numpy_helper.from_array(np.array([0, -1], np.int64), f"{OUTPUT}/rows"))
+    axes = {}
+    if opset >= 18:  # ReduceMax takes its axes as an input from opset 18 on
+        g.initializer.append(numpy_helper.from_array(np.array([1], np.int64), f"{OUTPUT}/axes"))
+    else:
+        axes = {"axes": [1]}
+    peaks = []
+    for k, t in enumerate(chosen):
+        p = f"{OUTPUT}/{k}"
+        g.node.extend([
+            helper.make_node("Reshape", [t.name, f"{OUTPUT}/rows"], [f"{p}/flat"], name=f"{p}/Reshape"),
+            helper.make_node("Cast", [f"{p}/flat"], [f"{p}/f32"], name=f"{p}/Cast", to=TensorProto.FLOAT),
+            helper.make_node("Abs", [f"{p}/f32"], [f"{p}/abs"], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [f"{p}/abs"] + ([f"{OUTPUT}/axes"] if opset >= 18 else []), [f"{p}/max"],
+                             name=f"{p}/ReduceMax", keepdims=1, **axes),
+        ])
+        peaks.append(f"{p}/max")
+    g.node.append(helper.make_node("Concat", peaks, [OUTPUT], name=f"{OUTPUT}/Concat", axis=1))
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [batch, len(chosen)]))
+    dest.mkdir(parents=True, exist_ok=True)
+    surgery.link_external_data(model_path.parent, surgery.external_locations(model), dest)
+    out = dest / "scout.onnx"
+    out.write_bytes(model.SerializeToString())
+    return out, len(chosen)
+
+
+def order_rows(peaks: list[float], lengths: list[int]) -> list[int]:
+    """Rows whose peak reaches fp16's ceiling first, shortest (cheapest to probe) first among them; then the
+    others, closest to the ceiling first. A peak that is NaN or Inf reaches the ceiling. Pure."""
+    n = len(peaks)
+    over = sorted((r for r in range(n) if not peaks[r] < FP16_MAX), key=lambda r: (lengths[r], r))
+    under = sorted((r for r in range(n) if peaks[r] < FP16_MAX), key=lambda r: (-peaks[r], lengths[r], r))
+    return over + under
+
+
+def row_peaks(outputs: dict[str, np.ndarray], rows: list[int]) -> dict[int, float]:
+    """Each of `rows` (the batch rows of one scout probe, in order) with its largest magnitude; inf if not finite."""
+    values = outputs[OUTPUT].astype(np.float64)
+    return {r: (float(v.max()) if np.isfinite(v).all() else math.inf) for r, v in zip(rows, values)}
+
+
+def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
+    """The plan's batch rows ranked by one native pass of the scout on the newest release of the range (one
+    probe per group of rows of similar length, on one worker and session); None where it cannot be had
+    (no fp16 tensor with the batch's axis, no release for the host), and the search keeps its length order.
+    `batch_of(rows)` is the .npz of those rows."""
+    from harness.errors import EnvironmentSkip, HarnessError
+    from harness.probe import ProbeJob, run_probe
+    from harness.results import load_outputs
+    from harness.runners import make_runner, native_arch
+    from harness.runners.base import reusing_workers
+    from harness.versions import Target
+
+    work = plan.store.subdir("rows") / "scout"
+    made = scout_model(plan.job.model, work)
+    if made is None:
+        return None
+    path, tensors = made
+    release = plan.releases[-1]
+    try:
+        runner = make_runner("auto", Target(native_arch(), plan.runner.target.python), plan.runner.cache_dir,
+                             package=plan.runner.package)
+        runner.provision()
+    except (HarnessError, EnvironmentSkip) as exc:
+        log(f"no native pass to rank the rows ({exc}): longest first")
+        return None
+    log(f"ranking the {sum(map(len, chunks))} rows by how near their {tensors} fp16 sums come to 65504: "
+        f"a native {native_arch()} pass on {release.version}")
+    peaks: dict[int, float] = {}
+    with reusing_workers():  # one worker and one session for every group
+        for i, rows in enumerate(chunks):
+            job = ProbeJob(path, batch_of(rows), (OUTPUT,), dict(plan.job.session_options), plan.job.timeout)
+            out = work / f"peaks-{i}.npz"
+            rec = run_probe(runner, release, job, work / f"probe-{i}", out)
+            if rec["status"] != "ran" or not out.exists():
+                log(f"the native pass failed on {release.version} ({rec.get('reason') or rec['status']}): "
+                    "longest first")
+                return None
+            peaks.update(row_peaks(load_outputs(out), sorted(rows)))
+    return {"on": {"arch": native_arch(), "version": release.version, "tensors": tensors},
+            "peaks": [peaks[r] for r in range(len(peaks))]}
