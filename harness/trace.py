@@ -6,7 +6,8 @@ A trace is evidence, not a verdict (PLATFORM.md, "Graph surgery facts"):
   of the UNMODIFIED model (session option `optimized_model_filepath`).
 * The intermediate tensors come from passes over a copy of the model with some
   of them exposed as graph outputs (`surgery.expose`), a bounded number of bytes
-  per pass (`surgery.chunk`), through the ordinary probe worker, which returns
+  per pass (`surgery.chunk`, half the budget: the worker holds a pass's outputs
+  twice as its run ends), through the ordinary probe worker, which returns
   only statistics (dtype, shape, min, max, max |x|, NaN/Inf counts and rows,
   sha256). No tensor is written to disk unless `dump` names it.
 * Observer effect: exposing a tensor makes onnxruntime materialize it in its
@@ -327,7 +328,9 @@ class _PassContext:
         stats: dict[str, TensorStat] = {}
         sized = [self.concrete.get(i.name, i) for i in wanted]
         unknown = max([s for s in (i.nbytes(self.dims) for i in self.concrete.values()) if s] or [surgery.DEFAULT_UNKNOWN_BYTES])
-        queue = surgery.chunk(sized, self.budget, self.dims, unknown_bytes=max(unknown, 1 << 20))
+        # A pass's exposed tensors are held twice at the end of its run: onnxruntime's fetched outputs and
+        # the numpy arrays `run` copies them into. Half the budget each keeps the worker within the budget.
+        queue = surgery.chunk(sized, max(1, self.budget // 2), self.dims, unknown_bytes=max(unknown, 1 << 20))
         self.groups = []
         while queue:
             group = queue.pop(0)
