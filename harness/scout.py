@@ -6,8 +6,8 @@ cheapest such row. One native pass of a *scout* copy of the model answers
 that: every fp16 sum of two computed tensors (a residual stream's Adds)
 whose first axis is the batch's gets each row's largest magnitude, taken in
 fp32 (a value past 65504 that an fp32 island keeps finite reads as its real
-size), and the rows are ranked by it. The
-scout only orders the rows: no verdict is ever taken from it.
+size), and the rows are ranked by it. The scout only orders the rows: no
+verdict is ever taken from it.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-FP16_MAX = 65504.0
+from harness.metrics import FP16_MAX
+
 OUTPUT = "ortbisect_scout_row_peaks"
 
 
@@ -29,10 +30,11 @@ def scout_model(model_path: Path, dest: Path) -> tuple[Path, int] | None:
     from onnx import TensorProto, helper, numpy_helper
 
     from harness import surgery
+    from harness.results import write_atomic
 
     model = onnx.load(str(model_path), load_external_data=False)
     feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    dims = [surgery._vi_type(i)[1] for i in feeds]
+    dims = [surgery.vi_type(i)[1] for i in feeds]
     batch = next((d[0] for d in dims if d and d[0] is not None), None)
     if batch is None:
         return None
@@ -72,7 +74,7 @@ def scout_model(model_path: Path, dest: Path) -> tuple[Path, int] | None:
     dest.mkdir(parents=True, exist_ok=True)
     surgery.link_external_data(model_path.parent, surgery.external_locations(model), dest)
     out = dest / "scout.onnx"
-    out.write_bytes(model.SerializeToString())
+    write_atomic(out, model.SerializeToString())
     return out, len(chosen)
 
 

@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-FP16_MAX = 65504.0
+from harness.metrics import FP16_MAX  # noqa: F401 - read as surgery.FP16_MAX too
 FLOAT_TYPES = {TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 UNKNOWN = TensorProto.UNDEFINED
 # Size counted for a tensor whose shape cannot be resolved when nothing better is known.
@@ -108,7 +108,7 @@ def topological_nodes(graph: onnx.GraphProto) -> list[onnx.NodeProto]:
     return [graph.node[i] for i in order]
 
 
-def _vi_type(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
+def vi_type(vi: onnx.ValueInfoProto) -> tuple[int, tuple | None]:
     tt = vi.type.tensor_type
     if not tt.HasField("shape"):
         return tt.elem_type, None
@@ -135,7 +135,7 @@ def _collect(g: onnx.GraphProto) -> dict[str, tuple[int, tuple | None]]:
     for init in g.initializer:
         types[init.name] = (init.data_type, tuple(int(d) for d in init.dims))
     for vi in [*g.input, *g.value_info, *g.output]:
-        et, shape = _vi_type(vi)
+        et, shape = vi_type(vi)
         if et != UNKNOWN or vi.name not in types:
             types[vi.name] = (et, shape)
     return types
@@ -344,7 +344,7 @@ def dim_values_from_inputs(model: onnx.ModelProto, shapes: dict[str, tuple[int, 
     for vi in model.graph.input:
         if vi.name not in shapes:
             continue
-        _, dims = _vi_type(vi)
+        _, dims = vi_type(vi)
         for d, n in zip(dims or (), shapes[vi.name]):
             if isinstance(d, str):
                 values.setdefault(d, int(n))
