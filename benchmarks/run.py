@@ -40,6 +40,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import scale  # noqa: E402
 from harness.runners.base import WORKER  # noqa: E402
 
 BISECT = ["uv", "run", "--quiet", "bisect"]
@@ -538,9 +539,7 @@ class Bench:
 
     # -- 10. real scale: gemma-300m-synthetic natively, traced and emulated (benchmarks/scale.py) -----------------
     def bench_scale(self):
-        import scale
-
-        scale.run(self, self.args.scale_emulated, sys.modules[__name__])
+        scale.run(self, self.args.scale_parts, sys.modules[__name__])
 
     # -- 9. the nightly at scale: a 20-model x 3-target matrix, a dashboard of 25,000 records ---------------
     def bench_dashboard(self):
@@ -744,9 +743,14 @@ def main(argv=None) -> int:
                    help="repetitions of the runs that install environments (prefetch, cold bisect run)")
     p.add_argument("--bench-cache", default=os.environ.get("ORTBISECT_BENCH_CACHE", "~/.cache/ortbisect-bench"))
     p.add_argument("--keep-tmp", action="store_true", help="keep the scratch directories")
-    p.add_argument("--scale-emulated", action="store_true",
-                   help="scale: also the full batch emulated and the whole emulated bisection (hours on 2 cores)")
+    p.add_argument("--scale-parts", default=",".join(scale.DEFAULT_PARTS),
+                   help=f"scale: comma-separated subset of {', '.join(scale.PARTS)} (emu-run is about an hour on "
+                        "2 cores, emu-batch hours)")
     args = p.parse_args(argv)
+    args.scale_parts = tuple(n.strip() for n in args.scale_parts.split(",") if n.strip())
+    if set(args.scale_parts) - set(scale.PARTS):
+        p.error(f"--scale-parts: unknown {sorted(set(args.scale_parts) - set(scale.PARTS))}; "
+                f"choose from {', '.join(scale.PARTS)}")
     only = [n.strip() for n in args.only.split(",") if n.strip()] or list(NAMES)
     unknown = set(only) - set(NAMES)
     if unknown:
