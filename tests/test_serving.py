@@ -117,3 +117,22 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
         runner.start_early(e, None, VERSION)  # left waiting: the pool's end ends it
     assert all(s.proc.poll() is not None for s in pool._all) and len(pool._all) == 4
 
+
+
+def test_a_probe_leaves_nothing_in_the_temp_dir_served_or_not(cache_dir, files, tmp_path, monkeypatch):
+    """Some releases leave a file in the temp dir at every start (1.30.0: .ses and an empty mat-debug-PID.log); a worker
+    writes its temporary files under its probe's (or its pool's) own directory, so none pile up in /tmp."""
+    from harness.uvtool import uv_bin
+    from harness.versions import ReleaseIndex
+
+    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
+    e = runner.prepare(ReleaseIndex(cache_dir, uv_bin()).releases()[-1])
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    alone = probe(runner, e, request(files, "norm"), tmp_path / "alone")
+    with reusing_workers():
+        runner.start_early(e, None, "early")
+        served = [probe(runner, e, request(files, "norm"), tmp_path / f"s{i}") for i in range(2)]
+    assert [o.returncode for o in (alone, *served)] == [0, 0, 0], alone.stderr_tail
+    assert sorted(p.name for p in tmp.iterdir()) == []

@@ -277,7 +277,7 @@ def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: f
     with open(stderr_path, "wb") as err:
         proc = subprocess.Popen(
             [*argv, str(request_path)], stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-            env=env, start_new_session=True,
+            env=_own_tmpdir(env, workdir), start_new_session=True,
         )
         with _live_lock:
             _live.add(proc)
@@ -308,6 +308,12 @@ def _outcome(rc: int | None, timed_out: bool, t0: float, stderr: bytes, workdir:
     )
 
 
+def _own_tmpdir(env: dict | None, directory: Path) -> dict:
+    """The worker's environment with its temporary files under `directory`, which goes when the probe (or the
+    pool) ends: some releases leave files in the temp dir at every start (1.30.0: .ses, mat-debug-PID.log)."""
+    return {**(os.environ if env is None else env), "TMPDIR": str(directory)}
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
@@ -336,7 +342,8 @@ class _Served:
         flags = ["--serve", "--import-first"] if tag is not None else ["--serve"]
         with open(stderr_path, "wb") as err:
             self.proc = subprocess.Popen([*argv, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=err, env=env, start_new_session=True)
+                                         stderr=err, env=_own_tmpdir(env, stderr_path.parent),
+                                         start_new_session=True)
         with _live_lock:
             _live.add(self.proc)
 
