@@ -129,7 +129,8 @@ def _every_row(spec: SearchSpec, plan: Plan, arrays: dict, chunks: list[list[int
 
     def probe(chunk: list[int]) -> dict:
         cplan = make_plan(dataclasses.replace(spec, inputs=subset_batch(plan, arrays, chunk), resume=None))
-        rec = probe_outcome(cplan, [version], observer).records[version]
+        # jobs: each of the `jobs` probes at once runs on its share of the cores, as in the search
+        rec = probe_outcome(cplan, [version], observer, jobs=jobs).records[version]
         bad = inputs.bad_rows(cplan.store.outputs(version) or {}, list(cplan.job.outputs) or None)
         return {"rows": sorted(chunk), "run_id": cplan.store.run_id, "verdict": rec["verdict"],
                 "bad_rows": [sorted(chunk)[i] for i in bad], "why": rec.get("why"),

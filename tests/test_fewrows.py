@@ -3,6 +3,9 @@ boundary held to every row."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import numpy as np
 import pytest
 
@@ -52,8 +55,9 @@ def test_a_native_pass_of_the_scout_ranks_the_trigger_rows_first(cache_dir, tmp_
     assert plan.job.model.exists() and (plan.store.dir / "rows" / "scout" / "scout.onnx").exists()
 
 
-def test_the_longest_row_decides_and_every_row_holds_on_the_last_good_release(bisect):
-    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.20.0", "--rows", "fewest", "--json")
+def test_the_longest_row_decides_and_every_row_holds_on_the_last_good_release(bisect, tmp_path):
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.20.0", "--rows", "fewest",
+               "-j", "2", "--json", results=tmp_path / "results")
     assert r.returncode == 0, r.stderr
     doc = r.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
@@ -66,6 +70,12 @@ def test_the_longest_row_decides_and_every_row_holds_on_the_last_good_release(bi
     assert held["rows_independent"]["same"], held["rows_independent"]
     assert doc["probe_count"] == rows["subset_probes"] + len(held["last_good"]["groups"])
     assert "every row of the batch is good on 1.19.2" in doc["message"]
+    # two groups at once, each on its share of the cores (not two workers of all cores each)
+    share = max(1, (os.cpu_count() or 1) // 2)
+    for group in held["last_good"]["groups"]:
+        recs = [json.loads(line) for line in (tmp_path / "results" / group["run_id"] / "probes.jsonl").open()]
+        threads = [r["result"]["session_options"].get("intra_op_num_threads") for r in recs if r["version"] == "1.19.2"]
+        assert threads[-1:] == [share], group
 
 
 def test_rows_double_while_the_endpoints_agree(bisect, tmp_path):
