@@ -161,7 +161,9 @@ def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_pat
 
 @pytest.mark.release
 @pytest.mark.qemu
-def test_aarch64_reduction_and_its_repro_under_qemu(bisect, tmp_path):
+def test_aarch64_reduction_mitigation_and_their_repro_under_qemu(bisect, tmp_path):
+    """One emulated bisection serves the reduction and the mitigation: `mitigate` on the same model, batch and
+    target finds the run `run --reduce` made and reuses its probes."""
     from harness.runners import make_runner
     from harness.runners.provision import qemu as qp
     from harness.runners.provision.sysroot import sysroot_python
@@ -172,17 +174,37 @@ def test_aarch64_reduction_and_its_repro_under_qemu(bisect, tmp_path):
     model = builders.save(builders.residual_overflow_model(), d / "model.onnx", external=True)
     np.savez(d / "batch.npz", **builders.residual_norm_inputs())
     results = tmp_path / "results"
-    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
-               "--arch", "aarch64", "--cpu", "neoverse-n1", "--reduce", "--json", results=results)
+    target = ("--from", "1.23.2", "--to", "1.24.1", "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1")
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), *target, "--reduce", "--json",
+               results=results)
     assert r.returncode == 0, r.stderr
     doc = r.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1")
     red = doc["reduced"]
     assert red["verified"]["flips"] and red["nodes"]["after"] <= 10 and red["rows"]["after"] == 1
+
+    m = bisect("mitigate", "--model", str(model), "--inputs", str(d / "batch.npz"), *target, "--cache-dir",
+               str(bisect.cache_dir), "--results-dir", str(results), "--json")
+    assert m.returncode == 0, m.stderr
+    mit = m.json()
+    assert mit["run_id"] == doc["run_id"]  # the same run: its two probes were not made again
+    assert mit["boundary"]["first_bad"] == "1.24.1" and mit["all_clean"]
+    assert [row["original"] for row in mit["releases"]] == ["good", "bad"]
+    assert [row["patched"] for row in mit["releases"]] == ["good", "good"]
+    assert {"/model/layers.1/Add", "/model/scale/Mul"} <= set(mit["island"])
+    assert "converted to fp32" in mit["reference"]["how"]
+    assert mit["worst_max_abs"] == 0.0 or mit["worst_max_abs"] < 1e-3
+
+    # --no-probe: the newest release under emulation adds minutes; the x86 report tests probe it
     rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--no-probe", "--cache-dir",
                  str(bisect.cache_dir))
     assert rep.returncode == 0, rep.stderr
-    assert "neoverse-n1" in rep.stdout.split("### To reproduce")[1].split("###")[0]
+    md = rep.stdout
+    assert "neoverse-n1" in md.split("### To reproduce")[1].split("###")[0]
+    assert "| CPU model | neoverse-n1" in md
+    assert "asimdhp" in md.split("| CPU flags |")[1].splitlines()[0]
+    assert "QEMU" in md and "first bad: **1.24.1**" in md and "### Workaround" in md
+    assert "MODEL_B64 = \"\"\"" in md  # the reduced model is embedded in the script
     # the emitted script, as written, under QEMU user mode with each release's aarch64 wheels: the reduced
     # repro on both releases, and the full model (external data, by path) on the bad one. (Its good verdict
     # is the bisection's own probe above; --full on both releases is test_a_500_node_model_with_external_data's.)
