@@ -56,6 +56,17 @@ class RunOutcome:
         return rec["verdict"] if rec else None
 
 
+def early_starts(queued: list[int], likely: list[int], jobs: int, emulated: bool) -> set[int]:
+    """The releases whose workers start before their probe: every queued one (it will run), and the likely next
+    ones, except under emulation when they are more than a round's `jobs` probes. A worker's imports cost a
+    second natively but half a minute to a minute of a core under QEMU, and while the round's probes keep the
+    cores busy, importing for every way a round can end (up to 3x the probes the next one makes) takes more
+    from them than it hides."""
+    if emulated and len(likely) > jobs:
+        return set(queued)
+    return {*queued, *likely}
+
+
 class Driver:
     def __init__(self, runner: Runner, releases: list[Release], store: RunStore, job: ProbeJob,
                  predicate: Predicate, reference: Reference | None = None,
@@ -69,7 +80,8 @@ class Driver:
         self.observer = observer or Silent()
         self.jobs = max(1, jobs)
         self.prefetch = prefetch
-        self._prefetched: set[str] = set()
+        self._prefetched: set[str] = set()  # installed in the background
+        self._started: set[str] = set()  # their workers started early
         self._lock = threading.Lock()
 
     def judge(self, record: dict) -> dict:
@@ -116,10 +128,12 @@ class Driver:
                 self.observer.probe_started(self.releases[i].version)
                 futures.append(probes.submit(self._probe, self.releases[i], job))
             if self.prefetch:
-                soon = [self.releases[i] for i in (*step.next[self.jobs:], *step.prefetch)]  # queued, then likely
+                queued, likely = list(step.next[self.jobs:]), list(step.prefetch)
+                early = early_starts(queued, likely, self.jobs, self.runner.emulates(self.runner.target.arch))
+                soon = [self.releases[i] for i in (*queued, *likely)]
                 retire_early_workers({r.version for r in soon} | {self.releases[i].version for i in step.next})
-                for release in soon:
-                    self._prefetch(installs, release)
+                for i in (*queued, *likely):
+                    self._prefetch(installs, self.releases[i], start=i in early)
             try:
                 pending = set(futures)
                 while pending:
@@ -243,18 +257,22 @@ class Driver:
             return None
         return self.store.outputs(version, FP32_SERIES)
 
-    def _prefetch(self, pool: ThreadPoolExecutor, release: Release) -> None:
+    def _prefetch(self, pool: ThreadPoolExecutor, release: Release, start: bool) -> None:
+        """Install `release` in the background and, with `start`, start its worker early (imports overlap)."""
         with self._lock:
-            if release.version in self._prefetched:
+            if release.version in (self._started if start else self._prefetched):
                 return
             self._prefetched.add(release.version)
+            if start:
+                self._started.add(release.version)
 
         def install():
             try:
                 env = self.runner.prepare(release)
             except EnvironmentSkip:
                 return  # the probe itself will record the skip
-            self.runner.start_early(env, self.job.memory_limit_mb, release.version)
+            if start:
+                self.runner.start_early(env, self.job.memory_limit_mb, release.version)
 
         pool.submit(install)
 
