@@ -173,7 +173,7 @@ class IslandPlan:
 def choose_island(model: onnx.ModelProto, culprits: list[str], magnitudes: dict[str, float],
                   hot: float = HOT) -> IslandPlan:
     """Culprits + producers of hot fp16 tensors, closed over consumers of hot island outputs."""
-    limit = hot * surgery.FP16_MAX
+    limit = hot * metrics.FP16_MAX
     types = _elem_types(model)
     nodes = surgery.topological_nodes(model.graph)
     keys = [surgery.node_key(n) for n in nodes]
@@ -338,7 +338,7 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
         "culprits": island.culprits,
         "suspect": found.get("suspect"),
         "first_nonfinite": found.get("first_nonfinite"),
-        "hot_threshold": hot * surgery.FP16_MAX,
+        "hot_threshold": hot * metrics.FP16_MAX,
         "hot": island.hot,
         "island": island.island,
         "reasons": island.reasons,

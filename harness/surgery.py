@@ -19,7 +19,6 @@ import onnx
 from onnx import TensorProto, helper
 from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-from harness.metrics import FP16_MAX  # noqa: F401 - read as surgery.FP16_MAX too
 FLOAT_TYPES = {TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 UNKNOWN = TensorProto.UNDEFINED
 # Size counted for a tensor whose shape cannot be resolved when nothing better is known.

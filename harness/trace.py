@@ -48,12 +48,12 @@ import numpy as np
 import onnx
 
 from harness import precision, surgery
+from harness.metrics import FP16_MAX
 from harness.probe import ProbeJob, run_probe
 from harness.runners.base import Runner
 from harness.verdicts import Predicate, judge
 from harness.versions import Release
 
-FP16_MAX = surgery.FP16_MAX
 DEFAULT_BUDGET = 256 << 20
 OPT_DATA_MIN_BYTES = 1024  # initializers above this go to the optimized model's external data file
 
