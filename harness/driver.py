@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Sequence
 
 import numpy as np
 
@@ -56,7 +56,7 @@ class RunOutcome:
         return rec["verdict"] if rec else None
 
 
-def early_starts(queued: list[int], likely: list[int], jobs: int, emulated: bool) -> set[int]:
+def early_starts(queued: Sequence[int], likely: Sequence[int], jobs: int, emulated: bool) -> set[int]:
     """The releases whose workers start before their probe: every queued one (it will run), and the likely next
     ones, except under emulation when they are more than a round's `jobs` probes. A worker's imports cost a
     second natively but half a minute to a minute of a core under QEMU, and while the round's probes keep the
@@ -128,10 +128,9 @@ class Driver:
                 self.observer.probe_started(self.releases[i].version)
                 futures.append(probes.submit(self._probe, self.releases[i], job))
             if self.prefetch:
-                queued, likely = list(step.next[self.jobs:]), list(step.prefetch)
+                queued, likely = step.next[self.jobs:], step.prefetch
                 early = early_starts(queued, likely, self.jobs, self.runner.emulates(self.runner.target.arch))
-                soon = [self.releases[i] for i in (*queued, *likely)]
-                retire_early_workers({r.version for r in soon} | {self.releases[i].version for i in step.next})
+                retire_early_workers({self.releases[i].version for i in (*step.next, *likely)})
                 for i in (*queued, *likely):
                     self._prefetch(installs, self.releases[i], start=i in early)
             try:
