@@ -201,3 +201,21 @@ def test_existing_images_are_reused(client, images):
     first = images("amd64")
     again = de.ensure_image(client, "amd64", _cache_dir(), log=print)
     assert again == first
+
+
+def test_image_builds_have_no_network(client, tmp_path):
+    """A build step sees only loopback: the builds fetch nothing, and an engine without a default bridge (started
+    with --bridge=none, or its docker0 removed by such an engine beside it on the host) still builds."""
+    (tmp_path / "Dockerfile").write_text(
+        "FROM ortbisect/bookworm-python:amd64\n"
+        'RUN python3 -c "import os; n = sorted(os.listdir(\'/sys/class/net\')); assert n == [\'lo\'], n"\n')
+    de.ensure_base_image(client, "amd64", _cache_dir(), log=print)
+    tag = "ortbisect/test-no-network:amd64"
+    try:
+        de._build(client, print, path=str(tmp_path), tag=tag, platform=de.docker_platform("amd64"), pull=False)
+        assert client.images.get(tag).id
+    finally:
+        try:
+            client.images.remove(tag, force=True)
+        except Exception:  # not built: the assertion above says why
+            pass

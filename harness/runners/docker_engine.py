@@ -153,8 +153,11 @@ def _get_image(client, ref: str):
 
 
 def _build(client, log: Log, **kwargs) -> None:
-    """Classic-builder build through the API, streaming its output to log."""
-    stream = client.api.build(rm=True, forcerm=True, decode=True, timeout=3600, **kwargs)
+    """Classic-builder build through the API, streaming its output to log.
+
+    No network: no build step fetches anything, and an engine may have no default bridge (`--bridge=none`, or
+    its docker0 removed by another engine on the host started that way)."""
+    stream = client.api.build(rm=True, forcerm=True, decode=True, timeout=3600, network_mode="none", **kwargs)
     for chunk in stream:
         if "error" in chunk:
             detail = chunk.get("errorDetail", {}).get("message") or chunk["error"]
