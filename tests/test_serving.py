@@ -101,7 +101,8 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
         out = probe(runner, e, request(files, "norm", str(tmp_path / "early.npz")), tmp_path / "early")
         assert out.returncode == 0, out.stderr_tail
         assert out.result["imported_early_s"] > 0  # it read the request only once numpy and onnxruntime were in
-        assert early.proc.poll() is not None  # one request each in a bisection's pool: it ended after it
+        # one request each in a bisection's pool: told to end after it (EOF), it exits on its own
+        assert early.proc.stdin.closed and early.proc.wait(timeout=30) == 0
         assert out.result["outputs"] == alone.result["outputs"]
         with np.load(tmp_path / "early.npz") as got, np.load(tmp_path / "alone.npz") as want:
             np.testing.assert_array_equal(got["y"], want["y"])
@@ -113,7 +114,7 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
         runner.start_early(e, 512, "capped")  # a memory cap is set before the import: not started early
         assert len(pool._all) == 3
         base.retire_early_workers({VERSION})
-        assert all(s.proc.poll() is not None for s in pool._all)
+        assert all(s.proc.wait(timeout=30) is not None for s in pool._all)  # the 2nd one's may still be exiting
         runner.start_early(e, None, VERSION)  # left waiting: the pool's end ends it
     assert all(s.proc.poll() is not None for s in pool._all) and len(pool._all) == 4
 
@@ -136,3 +137,37 @@ def test_a_probe_leaves_nothing_in_the_temp_dir_served_or_not(cache_dir, files, 
         served = [probe(runner, e, request(files, "norm"), tmp_path / f"s{i}") for i in range(2)]
     assert [o.returncode for o in (alone, *served)] == [0, 0, 0], alone.stderr_tail
     assert sorted(p.name for p in tmp.iterdir()) == []
+
+
+# A serving worker whose teardown is held until the test opens a gate (a real process; no onnxruntime needed).
+GATED_WORKER = r"""
+import os, sys, time
+gate = sys.argv[1]
+for line in sys.stdin:
+    sys.stdout.write("0\n")
+    sys.stdout.flush()
+while not os.path.exists(gate):
+    time.sleep(0.01)
+"""
+
+
+def test_a_probe_returns_while_its_worker_is_still_exiting_and_the_pool_reaps_it(tmp_path):
+    """In a bisection each worker serves one request: its interpreter's teardown must not delay the next probe."""
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    script, gate = tmp_path / "gated.py", tmp_path / "gate"
+    script.write_text(GATED_WORKER)
+    (tmp_path / "scratch").mkdir()
+    pool = base.WorkerPool(tmp_path / "scratch", keep=False)
+    try:
+        with ThreadPoolExecutor(1) as ex:
+            run = ex.submit(pool.run, [sys.executable, str(script), str(gate)], {}, tmp_path / "probe", 60.0, None)
+            outcome = run.result(timeout=30)  # the worker cannot exit before the gate opens
+        assert outcome.returncode == 0 and not outcome.timed_out
+        (worker,) = pool._all
+        assert worker.proc.poll() is None  # still tearing down, in the background
+    finally:
+        gate.touch()
+        pool.close()
+    assert worker.proc.returncode == 0  # reaped when the pool closed, having exited on its own

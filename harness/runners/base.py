@@ -375,10 +375,14 @@ class _Served:
             stderr = err.read()
         return _outcome(int(answer) if alive else self.proc.returncode, timed_out, t0, stderr, workdir), alive
 
-    def close(self, kill: bool = False) -> None:
+    def close(self, kill: bool = False, wait: bool = True) -> None:
+        """End the process: EOF (it returns), or a kill. Without `wait`, it exits in the background: its
+        interpreter's teardown (tens of ms natively) overlaps the next probe; it is reaped when the pool closes."""
         if not kill:
             try:
                 self.proc.stdin.close()  # EOF: the worker returns
+                if not wait:
+                    return
                 self.proc.wait(timeout=30)
             except (OSError, subprocess.TimeoutExpired):
                 kill = True
@@ -446,7 +450,7 @@ class WorkerPool:
             with self._lock:
                 self._idle[key].append(served)
         elif alive:
-            served.close()
+            served.close(wait=False)
         return outcome
 
     def close(self) -> None:
