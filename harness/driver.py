@@ -15,7 +15,7 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 
@@ -54,17 +54,6 @@ class RunOutcome:
     def verdict(self, i: int) -> str | None:
         rec = self.records.get(self.releases[i].version)
         return rec["verdict"] if rec else None
-
-
-def early_starts(queued: Sequence[int], likely: Sequence[int], jobs: int, emulated: bool) -> set[int]:
-    """The releases whose workers start before their probe: every queued one (it will run), and the likely next
-    ones, except under emulation when they are more than a round's `jobs` probes. A worker's imports cost a
-    second natively but half a minute to a minute of a core under QEMU, and while the round's probes keep the
-    cores busy, importing for every way a round can end (up to 3x the probes the next one makes) takes more
-    from them than it hides."""
-    if emulated and len(likely) > jobs:
-        return set(queued)
-    return {*queued, *likely}
 
 
 class Driver:
@@ -128,11 +117,14 @@ class Driver:
                 self.observer.probe_started(self.releases[i].version)
                 futures.append(probes.submit(self._probe, self.releases[i], job))
             if self.prefetch:
+                # The likely next releases are installed in the background; a worker starts early (imports, at
+                # idle priority) only for a probe sure to run, queued behind this round's first `jobs`: importing
+                # for every way a round can end took more from the running probes than it hid, natively and
+                # under QEMU.
                 queued, likely = step.next[self.jobs:], step.prefetch
-                early = early_starts(queued, likely, self.jobs, self.runner.emulates(self.runner.target.arch))
-                retire_early_workers({self.releases[i].version for i in (*step.next, *likely)})
+                retire_early_workers({self.releases[i].version for i in step.next})
                 for i in (*queued, *likely):
-                    self._prefetch(installs, self.releases[i], start=i in early)
+                    self._prefetch(installs, self.releases[i], start=i in queued)
             try:
                 pending = set(futures)
                 while pending:

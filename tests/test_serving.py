@@ -120,6 +120,20 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
 
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="scheduling policies are Linux's")
+def test_a_worker_started_early_imports_at_idle_priority_and_runs_its_probe_at_normal_priority(env, files, tmp_path):
+    """An early worker's imports may be for a probe that never runs: they must not take cores from one running."""
+    runner, e = env
+    with reusing_workers():
+        pool = base._pool
+        runner.start_early(e, None, VERSION)
+        (early,) = pool._all
+        assert os.sched_getscheduler(early.proc.pid) == os.SCHED_IDLE
+        out = probe(runner, e, request(files, "norm"), tmp_path / "early")
+        assert out.returncode == 0 and out.result["imported_early_s"] > 0, out.stderr_tail
+        assert early.proc.poll() is None and os.sched_getscheduler(early.proc.pid) == os.SCHED_OTHER
+
+
 def test_a_probe_leaves_nothing_in_the_temp_dir_served_or_not(cache_dir, files, tmp_path, monkeypatch):
     """Some releases leave a file in the temp dir at every start (1.30.0: .ses and an empty mat-debug-PID.log); a worker
     writes its temporary files under its probe's (or its pool's) own directory, so none pile up in /tmp."""

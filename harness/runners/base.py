@@ -330,10 +330,23 @@ def _key(argv: list[str], env: dict | None, memory_limit_mb) -> str:
     return json.dumps([argv, sorted((env or {}).items()), memory_limit_mb])
 
 
+def _set_idle(pid: int, idle: bool) -> None:
+    """Run the process at idle priority (SCHED_IDLE: only cycles no other process wants), or normal again.
+
+    A worker started early imports for a probe that may never run (a round's likely next ones: up to two per
+    probe made); at normal priority its imports take cores from the probe running now. Back to normal is
+    allowed without privileges (sched(7)); where the policy is unavailable the worker keeps normal priority."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_IDLE if idle else os.SCHED_OTHER, os.sched_param(0))
+    except (AttributeError, OSError):  # not Linux, or the process has ended
+        pass
+
+
 class _Served:
     """One `worker.py --serve` process: requests one at a time, its stderr in a file of its own.
 
-    Started early (`tag`), it imports numpy and onnxruntime before its first request arrives."""
+    Started early (`tag`), it imports numpy and onnxruntime before its first request arrives, at idle priority
+    until that request comes."""
 
     def __init__(self, argv: list[str], env: dict | None, stderr_path: Path, tag: str | None = None):
         self.stderr_path = stderr_path
@@ -344,11 +357,15 @@ class _Served:
             self.proc = subprocess.Popen([*argv, *flags], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=err, env=_own_tmpdir(env, stderr_path.parent),
                                          start_new_session=True)
+        if tag is not None:
+            _set_idle(self.proc.pid, True)
         with _live_lock:
             _live.add(self.proc)
 
     def run(self, request: dict, workdir: Path, timeout: float) -> tuple[ProcessOutcome, bool]:
         """The outcome of one request, and whether the process can take another."""
+        if self.tag is not None and not self.ran:
+            _set_idle(self.proc.pid, False)  # its probe is asked for now: it may be still importing
         self.ran = True
         request_path = write_request(workdir, request)
         offset = self.stderr_path.stat().st_size
