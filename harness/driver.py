@@ -25,7 +25,8 @@ from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, run_probe
 from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
 from harness.results import RunStore, load_outputs
-from harness.runners.base import Runner, kill_live_workers, retire_early_workers, reusing_workers
+from harness.runners.base import Runner
+from harness.runners.workers import kill_live_workers, retire_early_workers, reusing_workers
 from harness.search import Step, bisect_step, sweep_step
 from harness.verdicts import Predicate, judge
 from harness.versions import Release

@@ -136,7 +136,7 @@ def _every_row(spec: SearchSpec, plan: Plan, arrays: dict, chunks: list[list[int
                 "bad_rows": [sorted(chunk)[i] for i in bad], "why": rec.get("why"),
                 "outputs": cplan.store.outputs(version) or {}}
 
-    from harness.runners.base import reusing_workers
+    from harness.runners.workers import reusing_workers
 
     # one release and model: its workers serve every group, on one session when the batch alone changes
     with reusing_workers(), ThreadPoolExecutor(max(1, jobs)) as pool:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip
-from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.runners.base import Environment, Runner
+from harness.runners.workers import ProcessOutcome
 from harness.versions import Release
 
 #: a directory where each worker announces itself before run() and waits to be let go

@@ -379,7 +379,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
     Every candidate runs on the same two releases: their workers serve one candidate after another
     (under emulation a worker's start is most of a tiny model's probe).
     """
-    from harness.runners.base import reusing_workers
+    from harness.runners.workers import reusing_workers
 
     with reusing_workers():
         return _reduce_saved_run(run_dir, cache_dir, offline, log, nodes, command)

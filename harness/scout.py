@@ -102,7 +102,7 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     from harness.probe import ProbeJob, run_probe
     from harness.results import load_outputs
     from harness.runners import make_runner, native_arch
-    from harness.runners.base import reusing_workers
+    from harness.runners.workers import reusing_workers
     from harness.versions import Target
 
     work = plan.store.subdir("rows") / "scout"

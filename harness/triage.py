@@ -257,7 +257,7 @@ class OptionsMatrix:
     def run(self) -> dict[str, dict]:
         from concurrent.futures import ThreadPoolExecutor
 
-        from harness.runners.base import reusing_workers
+        from harness.runners.workers import reusing_workers
 
         self.prepare()
         with reusing_workers(), ThreadPoolExecutor(self.jobs) as pool:  # one release: its workers serve every combo

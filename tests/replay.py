@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import EnvironmentSkip
-from harness.runners.base import Environment, ProcessOutcome, Runner
+from harness.runners.base import Environment, Runner
+from harness.runners.workers import ProcessOutcome
 from harness.versions import Release, Target
 
 

@@ -23,7 +23,7 @@ from harness.errors import UsageError
 from harness.packages import Package, label_of, of_key, parse_build_info
 from harness.probe import ProbeJob, run_probe
 from harness.results import run_id_for
-from harness.runners.base import ProcessOutcome
+from harness.runners.workers import ProcessOutcome
 from harness.verdicts import judge, parse_predicate
 from harness.versions import Release, ReleaseIndex, files_of_page, merge_releases, releases_from_simple_json, select_range
 from replay import ReplayRunner, outputs

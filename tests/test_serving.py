@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import builders
-import harness.runners.base as base
-from harness.runners.base import reusing_workers
+import harness.runners.workers as workers
+from harness.runners.workers import reusing_workers
 from harness.runners.uv import UvRunner
 from harness.versions import Release, Target
 
@@ -74,7 +74,7 @@ def test_a_worker_that_times_out_or_dies_is_replaced_and_the_next_request_runs(e
         assert "served" not in after.result  # a new process: the one that spun was killed, not reused
 
         # a worker killed while it waits for its next request: the request goes to a new one, not to its end
-        pool = base._pool
+        pool = workers._pool
         idle = [s for s in pool._all if s.proc.poll() is None]
         assert len(idle) == 1
         os.killpg(idle[0].proc.pid, 9)
@@ -82,7 +82,7 @@ def test_a_worker_that_times_out_or_dies_is_replaced_and_the_next_request_runs(e
         again = probe(runner, e, request(files, "norm"), tmp_path / "d")
         assert again.returncode == 0 and "served" not in again.result, again.stderr_tail
     assert len(pool._all) == 3 and all(s.proc.poll() is not None for s in pool._all)  # none outlives the pool
-    assert base._pool is None
+    assert workers._pool is None
 
 
 def test_outside_a_pool_every_request_is_its_own_process(env, files, tmp_path):
@@ -95,7 +95,7 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
     runner, e = env
     alone = probe(runner, e, request(files, "norm", str(tmp_path / "alone.npz")), tmp_path / "alone")
     with reusing_workers(keep=False):
-        pool = base._pool
+        pool = workers._pool
         runner.start_early(e, None, VERSION)
         (early,) = pool._all
         out = probe(runner, e, request(files, "norm", str(tmp_path / "early.npz")), tmp_path / "early")
@@ -113,7 +113,7 @@ def test_a_worker_started_early_imports_before_its_request_and_serves_only_that_
         runner.start_early(e, None, "other")  # started for a release no longer likely: retired unused
         runner.start_early(e, 512, "capped")  # a memory cap is set before the import: not started early
         assert len(pool._all) == 3
-        base.retire_early_workers({VERSION})
+        workers.retire_early_workers({VERSION})
         assert all(s.proc.wait(timeout=30) is not None for s in pool._all)  # the 2nd one's may still be exiting
         runner.start_early(e, None, VERSION)  # left waiting: the pool's end ends it
     assert all(s.proc.poll() is not None for s in pool._all) and len(pool._all) == 4
@@ -125,7 +125,7 @@ def test_a_worker_started_early_imports_at_idle_priority_and_runs_its_probe_at_n
     """An early worker's imports may be for a probe that never runs: they must not take cores from one running."""
     runner, e = env
     with reusing_workers():
-        pool = base._pool
+        pool = workers._pool
         runner.start_early(e, None, VERSION)
         (early,) = pool._all
         assert os.sched_getscheduler(early.proc.pid) == os.SCHED_IDLE
@@ -173,7 +173,7 @@ def test_a_probe_returns_while_its_worker_is_still_exiting_and_the_pool_reaps_it
     script, gate = tmp_path / "gated.py", tmp_path / "gate"
     script.write_text(GATED_WORKER)
     (tmp_path / "scratch").mkdir()
-    pool = base.WorkerPool(tmp_path / "scratch", keep=False)
+    pool = workers.WorkerPool(tmp_path / "scratch", keep=False)
     try:
         with ThreadPoolExecutor(1) as ex:
             run = ex.submit(pool.run, [sys.executable, str(script), str(gate)], {}, tmp_path / "probe", 60.0, None)

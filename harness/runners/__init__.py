@@ -15,7 +15,7 @@ from pathlib import Path
 from harness.errors import UsageError
 from harness.packages import KEYS as PACKAGE_KEYS
 from harness.packages import Package
-from harness.runners.base import Check, Environment, ProcessOutcome, Runner, native_arch
+from harness.runners.base import Check, Environment, Runner, native_arch
 from harness.runners.docker import DockerRunner
 from harness.runners.docker_pool import address_problem as engine_problem
 from harness.runners.provision import Log, quiet
@@ -109,6 +109,6 @@ def setups() -> dict[str, type[Runner]]:
 
 
 __all__ = [
-    "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "ProcessOutcome", "Runner",
+    "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "Runner",
     "check_target", "describe", "doctor_checks", "engine_problem", "flag", "make_runner", "native_arch", "quiet", "setups",
 ]

@@ -28,7 +28,8 @@ from harness.errors import EnvironmentSkip, UsageError
 from harness.runners import docker_engine as de
 from harness.runners import docker_pool as dp
 from harness.runners import docker_volumes as dv
-from harness.runners.base import WORKER, Check, Environment, ProcessOutcome, Runner, native_arch, read_result
+from harness.runners.base import WORKER, Check, Environment, Runner, native_arch
+from harness.runners.workers import ProcessOutcome, read_result
 from harness.runners.provision import ENGINE_SCRIPT, Log, ProvisionError, quiet
 from harness.runners.provision import qemu as qp
 from harness.runners.provision.binfmt import binfmt_status
