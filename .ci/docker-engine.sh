@@ -16,7 +16,10 @@
 # org.ortbisect.engine=NAME, with its own data root, exec root and socket
 # under its STATE_DIR and without a bridge or iptables rules of its own (it
 # would fight the first engine over docker0 and the NAT chains): probes run
-# with no network anyway. Tests use it as a "remote" engine.
+# with no network anyway. Tests use it as a "remote" engine. Starting it
+# deletes the host's docker0 all the same (moby's configureNetworking removes
+# the default bridge interface when the bridge is "none"), so the first
+# engine's builds and containers must not need a network either; none does.
 #
 # The aarch64 interpreter: Debian 12's qemu-user-static is QEMU 7.2, which
 # segfaults importing onnxruntime >= 1.28. If a QEMU >= 8 static
