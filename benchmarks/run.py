@@ -744,8 +744,8 @@ def main(argv=None) -> int:
     p.add_argument("--bench-cache", default=os.environ.get("ORTBISECT_BENCH_CACHE", "~/.cache/ortbisect-bench"))
     p.add_argument("--keep-tmp", action="store_true", help="keep the scratch directories")
     p.add_argument("--scale-parts", default=",".join(scale.DEFAULT_PARTS),
-                   help=f"scale: comma-separated subset of {', '.join(scale.PARTS)} (emu-run is about an hour on "
-                        "2 cores, emu-batch hours)")
+                   help=f"scale: comma-separated subset of {', '.join(scale.PARTS)} (emu-run: 19 min to over an "
+                        "hour on 2 cores, by host; emu-batch hours)")
     args = p.parse_args(argv)
     args.scale_parts = tuple(n.strip() for n in args.scale_parts.split(",") if n.strip())
     if set(args.scale_parts) - set(scale.PARTS):

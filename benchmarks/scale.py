@@ -7,7 +7,8 @@ Measured, side by side in one run (`run.py --only scale`), each part chosen by `
   trace      `bisect trace --budget-mb 256` against a plain inference: both peaks (on one row of 114 tokens,
              so its passes fit the benchmark; the budget bounds what a pass holds, whatever the batch);
   emu-row    one emulated aarch64 probe (QEMU, neoverse-n1) with one row, and its cost per token;
-  emu-run    the whole emulated `bisect run --rows fewest -j 2` over 1.19.0..1.30.0 (about an hour or more);
+  emu-run    the whole emulated `bisect run --rows fewest -j 2` over 1.19.0..1.30.0 (19 min on 2 cores of a Zen 5 host;
+             its search alone took 67 min on a slower one);
   emu-batch  the full batch in one emulated probe (hours on 2 cores: QEMU runs the GEMMs two orders of
              magnitude slower than the host).
 """
