@@ -22,10 +22,44 @@ from harness.metrics import FP16_MAX
 OUTPUT = "ortbisect_scout_row_peaks"
 
 
-def scout_model(model_path: Path, dest: Path) -> tuple[Path, int] | None:
+def _sums(model) -> tuple[object, list, list]:
+    """The batch's first-axis dim, and the sums of two computed tensors (a residual stream's Adds; not a bias or
+    an epsilon added): those onnx types as fp16 with the batch's first axis, and those it cannot type or shape
+    (downstream of onnxruntime's contrib ops) that may be such. Every fp16 tensor would be thousands of outputs,
+    and the scout's session minutes."""
+    from onnx import TensorProto
+
+    from harness import surgery
+
+    feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    dims = [surgery.vi_type(i)[1] for i in feeds]
+    batch = next((d[0] for d in dims if d and d[0] is not None), None)
+    constant = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                           for o in n.output}
+    computed_sums = {n.output[0] for n in model.graph.node
+                     if n.op_type in ("Add", "Sub") and len(n.input) == 2 and not set(n.input) & constant}
+    typed, unsure = [], []
+    for t in surgery.intermediates(model):
+        if t.name not in computed_sums:
+            continue
+        if t.type_guessed or t.shape is None:
+            unsure.append(t)
+        elif t.elem_type == TensorProto.FLOAT16 and len(t.shape) >= 2 and t.shape[0] == batch:
+            typed.append(t)
+    return batch, typed, unsure
+
+
+def unsure_sums(model_path: Path) -> list[str]:
+    """The sums of computed tensors that onnx cannot type or shape: a session tells (`typed_by_a_session`)."""
+    import onnx
+
+    return [t.name for t in _sums(onnx.load(str(model_path), load_external_data=False))[2]]
+
+
+def scout_model(model_path: Path, dest: Path, confirmed: frozenset[str] = frozenset()) -> tuple[Path, int] | None:
     """A copy of the model (in directory `dest`, its weights linked, not copied) whose one output is
     [rows, K]: each row's largest |value| in each of its K fp16 sums of computed tensors that have the batch's
-    first axis. None when the model has no such tensor."""
+    first axis, as onnx types them, and those of `confirmed` (typed so by a session). None when there is none."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -33,20 +67,10 @@ def scout_model(model_path: Path, dest: Path) -> tuple[Path, int] | None:
     from harness.results import write_atomic
 
     model = onnx.load(str(model_path), load_external_data=False)
-    feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    dims = [surgery.vi_type(i)[1] for i in feeds]
-    batch = next((d[0] for d in dims if d and d[0] is not None), None)
+    batch, typed, unsure = _sums(model)
     if batch is None:
         return None
-    # The sums of two computed tensors (a residual stream's Adds; not a bias or an epsilon added): where fp16
-    # transformers grow. Every fp16 tensor would be thousands of outputs, and the scout's session minutes.
-    constant = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                           for o in n.output}
-    computed_sums = {n.output[0] for n in model.graph.node
-                     if n.op_type in ("Add", "Sub") and len(n.input) == 2 and not set(n.input) & constant}
-    chosen = [t for t in surgery.intermediates(model) if t.name in computed_sums and not t.type_guessed
-              and t.elem_type == TensorProto.FLOAT16 and t.shape is not None and len(t.shape) >= 2
-              and t.shape[0] == batch]
+    chosen = typed + [t for t in unsure if t.name in confirmed]
     if not chosen:
         return None
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
@@ -95,8 +119,9 @@ def row_peaks(outputs: dict[str, np.ndarray], rows: list[int]) -> dict[int, floa
 
 def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     """The plan's batch rows ranked by one native pass of the scout on the newest release of the range (one
-    probe per group of rows of similar length, on one worker and session); None where it cannot be had
-    (no fp16 tensor with the batch's axis, no release for the host), and the search keeps its length order.
+    probe per group of rows of similar length, on one worker and session; before it, when onnx cannot type
+    some sums, one probe of the two shortest rows that outputs them); None where it cannot be had (no fp16
+    tensor with the batch's axis, no release for the host), and the search keeps its length order.
     `batch_of(rows)` is the .npz of those rows."""
     from harness.errors import EnvironmentSkip, HarnessError
     from harness.probe import ProbeJob, run_probe
@@ -106,10 +131,6 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     from harness.versions import Target
 
     work = plan.store.subdir("rows") / "scout"
-    made = scout_model(plan.job.model, work)
-    if made is None:
-        return None
-    path, tensors = made
     release = plan.releases[-1]
     try:
         runner = make_runner("auto", Target(native_arch(), plan.runner.target.python), plan.runner.cache_dir,
@@ -118,10 +139,18 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     except (HarnessError, EnvironmentSkip) as exc:
         log(f"no native pass to rank the rows ({exc}): longest first")
         return None
-    log(f"ranking the {sum(map(len, chunks))} rows by how near their {tensors} fp16 sums come to 65504: "
-        f"a native {native_arch()} pass on {release.version}")
     peaks: dict[int, float] = {}
-    with reusing_workers():  # one worker and one session for every group
+    with reusing_workers():  # one worker for every probe of the pass, one session for every group
+        unsure = unsure_sums(plan.job.model)
+        two = (chunks[-1] + [r for c in chunks[:-1] for r in c])[:2]  # the shortest rows: the cheapest probe
+        confirmed = typed_by_a_session(runner, release, plan.job, unsure, batch_of(two), len(two), work, log) \
+            if unsure else frozenset()
+        made = scout_model(plan.job.model, work, confirmed)
+        if made is None:
+            return None
+        path, tensors = made
+        log(f"ranking the {sum(map(len, chunks))} rows by how near their {tensors} fp16 sums come to 65504: "
+            f"a native {native_arch()} pass on {release.version}")
         for i, rows in enumerate(chunks):
             job = ProbeJob(path, batch_of(rows), (OUTPUT,), dict(plan.job.session_options), plan.job.timeout)
             out = work / f"peaks-{i}.npz"
@@ -133,3 +162,25 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
             peaks.update(row_peaks(load_outputs(out), sorted(rows)))
     return {"on": {"arch": native_arch(), "version": release.version, "tensors": tensors},
             "peaks": [peaks[r] for r in range(len(peaks))]}
+
+
+def typed_by_a_session(runner, release, job, names: list[str], rows_npz: Path, rows: int, work: Path,
+                       log) -> frozenset[str]:
+    """Those of `names` (tensors onnx could not type or shape) that a session gives as fp16 with the batch's
+    first axis: one native probe of a copy that outputs them, on a batch of `rows` rows. None of them when
+    that probe fails (an output declared with a wrong guessed type is refused at load)."""
+    from harness import surgery
+    from harness.probe import ProbeJob, run_probe
+    from harness.results import load_outputs
+
+    exposed = surgery.expose(job.model, names, work / "typing", filename="typing.onnx")
+    out = work / "typing.npz"
+    rec = run_probe(runner, release, ProbeJob(exposed, rows_npz, tuple(names), dict(job.session_options), job.timeout),
+                    work / "probe-typing", out)
+    if rec["status"] != "ran" or not out.exists():
+        log(f"{len(names)} sums onnx cannot type are left out: a session could not output them on "
+            f"{release.version} ({rec.get('reason') or rec['status']})")
+        return frozenset()
+    got = load_outputs(out)
+    return frozenset(n for n in names if n in got and got[n].dtype == np.float16 and got[n].ndim >= 2
+                     and got[n].shape[0] == rows)
