@@ -123,6 +123,7 @@ class Driver:
                 # for every way a round can end took more from the running probes than it hid, natively and
                 # under QEMU.
                 queued, likely = step.next[self.jobs:], step.prefetch
+                # an early worker whose install thread came after its probe had started is not needed
                 retire_early_workers({self.releases[i].version for i in step.next})
                 for i in (*queued, *likely):
                     self._prefetch(installs, self.releases[i], start=i in queued)

@@ -49,17 +49,11 @@ def _sums(model) -> tuple[object, list, list]:
     return batch, typed, unsure
 
 
-def unsure_sums(model_path: Path) -> list[str]:
-    """The sums of computed tensors that onnx cannot type or shape: a session tells (`typed_by_a_session`)."""
-    import onnx
-
-    return [t.name for t in _sums(onnx.load(str(model_path), load_external_data=False))[2]]
-
-
-def scout_model(model_path: Path, dest: Path, confirmed: frozenset[str] = frozenset()) -> tuple[Path, int] | None:
+def scout_model(model_path: Path, dest: Path, type_unsure=None) -> tuple[Path, int, int] | None:
     """A copy of the model (in directory `dest`, its weights linked, not copied) whose one output is
     [rows, K]: each row's largest |value| in each of its K fp16 sums of computed tensors that have the batch's
-    first axis, as onnx types them, and those of `confirmed` (typed so by a session). None when there is none."""
+    first axis; with the number of them typed by `type_unsure(infos)`, which names those of the sums onnx
+    cannot type or shape that are such (a session's outputs tell). None when there is none."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -70,6 +64,7 @@ def scout_model(model_path: Path, dest: Path, confirmed: frozenset[str] = frozen
     batch, typed, unsure = _sums(model)
     if batch is None:
         return None
+    confirmed = type_unsure(unsure) if unsure and type_unsure else frozenset()
     chosen = typed + [t for t in unsure if t.name in confirmed]
     if not chosen:
         return None
@@ -99,7 +94,7 @@ def scout_model(model_path: Path, dest: Path, confirmed: frozenset[str] = frozen
     surgery.link_external_data(model_path.parent, surgery.external_locations(model), dest)
     out = dest / "scout.onnx"
     write_atomic(out, model.SerializeToString())
-    return out, len(chosen)
+    return out, len(chosen), len(confirmed)
 
 
 def order_rows(peaks: list[float], lengths: list[int]) -> list[int]:
@@ -123,6 +118,7 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     some sums, one probe of the two shortest rows that outputs them); None where it cannot be had (no fp16
     tensor with the batch's axis, no release for the host), and the search keeps its length order.
     `batch_of(rows)` is the .npz of those rows."""
+    from harness import surgery
     from harness.errors import EnvironmentSkip, HarnessError
     from harness.probe import ProbeJob, run_probe
     from harness.results import load_outputs
@@ -139,48 +135,43 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     except (HarnessError, EnvironmentSkip) as exc:
         log(f"no native pass to rank the rows ({exc}): longest first")
         return None
+    def outputs(model: Path, rows: list[int], names: tuple[str, ...], tag: str) -> tuple[dict | None, str]:
+        """The named outputs of `model` on those rows, natively on `release` (None and why, if it did not run)."""
+        job = ProbeJob(model, batch_of(rows), names, dict(plan.job.session_options), plan.job.timeout)
+        out = work / f"{tag}.npz"
+        rec = run_probe(runner, release, job, work / f"probe-{tag}", out)
+        if rec["status"] != "ran" or not out.exists():
+            return None, rec.get("reason") or rec["status"]
+        return load_outputs(out), ""
+
+    def type_unsure(infos: list) -> frozenset[str]:
+        """Those sums a session gives as fp16 with the batch's first axis, on the two shortest rows (the
+        cheapest probe); none when it cannot output them (a wrong guessed type is refused at load)."""
+        two = (chunks[-1] + [r for c in chunks[:-1] for r in c])[:2]
+        names = tuple(t.name for t in infos)
+        got, why = outputs(surgery.expose(plan.job.model, list(names), work / "typing", infos, "typing.onnx"),
+                           two, names, "typing")
+        if got is None:
+            log(f"{len(names)} sums onnx cannot type are left out: a session could not output them on "
+                f"{release.version} ({why})")
+            return frozenset()
+        return frozenset(n for n in names if n in got and got[n].dtype == np.float16 and got[n].ndim >= 2
+                         and got[n].shape[0] == len(two))
+
     peaks: dict[int, float] = {}
     with reusing_workers():  # one worker for every probe of the pass, one session for every group
-        unsure = unsure_sums(plan.job.model)
-        two = (chunks[-1] + [r for c in chunks[:-1] for r in c])[:2]  # the shortest rows: the cheapest probe
-        confirmed = typed_by_a_session(runner, release, plan.job, unsure, batch_of(two), len(two), work, log) \
-            if unsure else frozenset()
-        made = scout_model(plan.job.model, work, confirmed)
+        made = scout_model(plan.job.model, work, type_unsure)
         if made is None:
             return None
-        path, tensors = made
+        path, tensors, by_session = made
         log(f"ranking the {sum(map(len, chunks))} rows by how near their {tensors} fp16 sums come to 65504: "
             f"a native {native_arch()} pass on {release.version}")
         for i, rows in enumerate(chunks):
-            job = ProbeJob(path, batch_of(rows), (OUTPUT,), dict(plan.job.session_options), plan.job.timeout)
-            out = work / f"peaks-{i}.npz"
-            rec = run_probe(runner, release, job, work / f"probe-{i}", out)
-            if rec["status"] != "ran" or not out.exists():
-                log(f"the native pass failed on {release.version} ({rec.get('reason') or rec['status']}): "
-                    "longest first")
+            got, why = outputs(path, rows, (OUTPUT,), f"peaks-{i}")
+            if got is None:
+                log(f"the native pass failed on {release.version} ({why}): longest first")
                 return None
-            peaks.update(row_peaks(load_outputs(out), sorted(rows)))
-    return {"on": {"arch": native_arch(), "version": release.version, "tensors": tensors},
+            peaks.update(row_peaks(got, sorted(rows)))
+    return {"on": {"arch": native_arch(), "version": release.version, "tensors": tensors,
+                   "typed_by_a_session": by_session},
             "peaks": [peaks[r] for r in range(len(peaks))]}
-
-
-def typed_by_a_session(runner, release, job, names: list[str], rows_npz: Path, rows: int, work: Path,
-                       log) -> frozenset[str]:
-    """Those of `names` (tensors onnx could not type or shape) that a session gives as fp16 with the batch's
-    first axis: one native probe of a copy that outputs them, on a batch of `rows` rows. None of them when
-    that probe fails (an output declared with a wrong guessed type is refused at load)."""
-    from harness import surgery
-    from harness.probe import ProbeJob, run_probe
-    from harness.results import load_outputs
-
-    exposed = surgery.expose(job.model, names, work / "typing", filename="typing.onnx")
-    out = work / "typing.npz"
-    rec = run_probe(runner, release, ProbeJob(exposed, rows_npz, tuple(names), dict(job.session_options), job.timeout),
-                    work / "probe-typing", out)
-    if rec["status"] != "ran" or not out.exists():
-        log(f"{len(names)} sums onnx cannot type are left out: a session could not output them on "
-            f"{release.version} ({rec.get('reason') or rec['status']})")
-        return frozenset()
-    got = load_outputs(out)
-    return frozenset(n for n in names if n in got and got[n].dtype == np.float16 and got[n].ndim >= 2
-                     and got[n].shape[0] == rows)

@@ -43,10 +43,10 @@ def test_a_native_pass_of_the_scout_ranks_the_trigger_rows_first(cache_dir, tmp_
     spec = SearchSpec(model, "1.19.2", "1.19.2", cache_dir=cache_dir, results_dir=tmp_path / "res")
     plan = make_plan(spec)
     arrays = inputs.load_npz(plan.job.inputs)
-    assert (not scout.unsure_sums(plan.job.model)) == onnx_types_all
     found = scout.host_order(plan, inputs.length_chunks(arrays), lambda rows: fewrows.subset_batch(plan, arrays, rows),
                              lambda msg: None)
     assert found["on"]["version"] == "1.19.2" and found["on"]["tensors"] > 0
+    assert (found["on"]["typed_by_a_session"] == 0) == onnx_types_all
     tokenizer = embedded.build_tokenizer()
     trigger = {r for r, ids in enumerate(arrays["input_ids"]) if tokenizer.token_to_id(TRIGGER_WORD) in ids}
     assert len(trigger) == 7

@@ -246,7 +246,7 @@ class WorkerPool:
                 idle.append(self._new(argv, env, tag))
 
     def retire(self, keep_tags: set[str]) -> None:
-        """End the early-started workers still waiting whose tag is not in `keep_tags` (no longer likely next)."""
+        """End the early-started workers still waiting whose tag is not in `keep_tags` (no probe of theirs to come)."""
         with self._lock:
             going = [s for idle in self._idle.values() for s in idle if s.tag is not None and s.tag not in keep_tags]
             for idle in self._idle.values():
