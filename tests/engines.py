@@ -2,7 +2,9 @@
 
 The second engine runs on this machine with its own data root and socket, and stands for a remote one: the
 harness reaches it only through its address. `ContainerWatch` follows an engine's events and inspects each
-container as it is created, so a test can assert that none the harness makes has a bind mount.
+container as it is created, so a test can assert that none the harness makes has a bind mount. It sees only the
+containers that carry its label: test files run in parallel against one engine, and another file's containers
+are not this test's.
 """
 
 from __future__ import annotations
@@ -33,15 +35,18 @@ def stop_engine(state: Path) -> None:
 
 
 class ContainerWatch:
-    """Every container created on an engine while the watch runs: its inspection, or why there is none."""
+    """Every container created on an engine with the label `label` ("key=value") while the watch runs: its
+    inspection, or why there is none."""
 
-    def __init__(self, host: str):
+    def __init__(self, host: str, label: str):
         import docker
 
         self.client = docker.DockerClient(base_url=host, timeout=30)
+        self.label = label
         self.inspected: dict[str, dict] = {}
         self.vanished: list[str] = []
-        self._events = self.client.events(decode=True, filters={"type": "container", "event": "create"},
+        self._events = self.client.events(decode=True, filters={"type": "container", "event": "create",
+                                                                "label": [label]},
                                           since=int(time.time()) - 1)
         self._thread = threading.Thread(target=self._follow, daemon=True)
         self._thread.start()
@@ -76,6 +81,14 @@ class ContainerWatch:
             found += [f"{cid[:12]} {m.get('Source')}" for m in (host.get("Mounts") or []) if m.get("Type") == "bind"]
             found += [f"{cid[:12]} {m.get('Source')}" for m in attrs.get("Mounts") or [] if m.get("Type") == "bind"]
         return found
+
+
+def unique_label(what: str) -> tuple[str, str]:
+    """(value, "org.ortbisect.run=value"): a run label no other test or process uses."""
+    import uuid
+
+    value = f"test-{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return value, f"org.ortbisect.run={value}"
 
 
 def root_and_dockerd() -> str | None:

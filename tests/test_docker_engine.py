@@ -22,7 +22,7 @@ import pytest
 from harness.runners import docker_engine as de
 from harness.runners import docker_pool as dp
 
-from engines import ContainerWatch
+from engines import ContainerWatch, unique_label
 
 pytestmark = pytest.mark.docker
 
@@ -141,19 +141,22 @@ def test_volume_files_in_and_results_out_without_a_bind_mount(client, images, tm
             "except OSError as e:\n"
             "    print('ro', e.errno)\n"
         )
-        watch = ContainerWatch(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+        run, label = unique_label("volume")
+        watch = ContainerWatch(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"), label)
         try:
             r = de.run_container(
                 client, image_id, ["python3", "-c", "import time; time.sleep(1)\n" + code],
                 volumes={name: ("/data", "ro")}, files={"/in/req.txt": b"request", "/out/.keep": b""},
                 fetch=("/out", tmp_path / "back"), env={"PROBE_X": "42"}, platform="linux/amd64", timeout=60,
+                labels={de.LABEL_RUN: run},
             )
         finally:
             watch.stop()
         assert r.exit_code == 0, r
         assert r.stdout.splitlines() == ["hi from the client request 42", "ro 30"]
         assert (tmp_path / "back" / "result.txt").read_text() == "ok"
-        (attrs,) = watch.inspected.values()
+        (attrs,) = watch.inspected.values()  # this test's one container, whatever other tests run
+        assert attrs["Config"]["Labels"][de.LABEL_RUN] == run
         assert watch.bind_mounts() == []
         assert [m["Type"] for m in attrs["HostConfig"].get("Mounts") or []] == ["volume"]
     finally:
@@ -176,15 +179,16 @@ def test_exit_code_signal_and_stderr(client, images):
 
 def test_timeout_kills_and_removes(client, images):
     image_id = images("amd64")
-    before = {c.id for c in client.containers.list(all=True)}
+    run, label = unique_label("timeout")
     r = de.run_container(
         client, image_id, ["python3", "-c", "import time; print('started', flush=True); time.sleep(600)"],
         platform="linux/amd64", timeout=10,  # ample for python3 to start and print
+        labels={de.LABEL_RUN: run},
     )
     assert r.timed_out and r.signal == 9, r
     assert r.stdout == "started\n"
     assert r.seconds < 60
-    assert {c.id for c in client.containers.list(all=True)} <= before
+    assert client.containers.list(all=True, filters={"label": label}) == []  # removed
 
 
 def test_oom_kill_is_reported(client, images):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engines import ContainerWatch, root_and_dockerd, start_engine, stop_engine
+from engines import ContainerWatch, root_and_dockerd, start_engine, stop_engine, unique_label
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]
 
@@ -50,11 +50,12 @@ def records(results: Path, doc: dict) -> list[dict]:
 def test_a_sweep_across_two_engines_probes_on_both_and_mounts_nothing(bisect, residual_overflow, engines, tmp_path):
     first, second, _ = engines
     model, batch = residual_overflow
-    watches = [ContainerWatch(first), ContainerWatch(second)]
+    run, label = unique_label("sweep")
+    watches = [ContainerWatch(first, label), ContainerWatch(second, label)]
     try:
         r = bisect("sweep", "--model", str(model), "--inputs", str(batch), *RANGE, "--arch", "x86_64",
                    "--backend", "docker", "--docker-host", f"{first}=1", "--docker-host", f"{second}=1", "-j", "2",
-                   "--json", results=tmp_path / "res")
+                   "--json", results=tmp_path / "res", env={"ORTBISECT_RUN_LABEL": run})
     finally:
         for w in watches:
             w.stop()
@@ -69,7 +70,10 @@ def test_a_sweep_across_two_engines_probes_on_both_and_mounts_nothing(bisect, re
         assert engine["arch"] == "x86_64" and engine["docker"] and engine["id"]
         assert "sse2" in engine["cpu_flags"].split()
     made = [w.inspected for w in watches]
-    assert all(any(a["Config"]["Labels"].get("org.ortbisect.role") == "probe" for a in m.values()) for m in made)
+    probes = [[a for a in m.values() if a["Config"]["Labels"].get("org.ortbisect.role") == "probe"] for m in made]
+    assert all(probes), "each engine ran a probe container of this sweep"
+    assert {a["Config"]["Labels"]["org.ortbisect.release"] for p in probes for a in p} == {"1.23.1", "1.23.2",
+                                                                                            "1.24.1"}
     assert watches[0].bind_mounts() + watches[1].bind_mounts() == []
 
 
@@ -79,6 +83,7 @@ def test_an_engine_that_stops_mid_sweep_skips_its_probe_and_the_sweep_goes_on(bi
 
     first, second, state = engines
     model, batch = residual_overflow
+    run, label = unique_label("drop")
     stopped = threading.Event()
 
     def stop_when_a_probe_runs_there():
@@ -86,7 +91,8 @@ def test_an_engine_that_stops_mid_sweep_skips_its_probe_and_the_sweep_goes_on(bi
         deadline = time.monotonic() + 600
         try:
             while time.monotonic() < deadline:
-                if client.containers.list(filters={"label": "org.ortbisect.role=probe", "status": "running"}):
+                if client.containers.list(filters={"label": ["org.ortbisect.role=probe", label],
+                                                   "status": "running"}):
                     stop_engine(state)
                     stopped.set()
                     return
@@ -99,7 +105,7 @@ def test_an_engine_that_stops_mid_sweep_skips_its_probe_and_the_sweep_goes_on(bi
         # --repeat 3: each probe runs three containers in turn, so the engine stops while one of them runs
         r = bisect("sweep", "--model", str(model), "--inputs", str(batch), *RANGE, "--arch", "x86_64",
                    "--backend", "docker", "--docker-host", f"{first}=1", "--docker-host", f"{second}=1", "-j", "2",
-                   "--repeat", "3", "--json", results=tmp_path / "res")
+                   "--repeat", "3", "--json", results=tmp_path / "res", env={"ORTBISECT_RUN_LABEL": run})
         watcher.join(timeout=60)
         assert stopped.is_set(), "no probe ran on the second engine"
         assert r.returncode in (0, 3), r.stderr

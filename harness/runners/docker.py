@@ -22,6 +22,8 @@ import json
 import os
 import shlex
 import shutil
+import socket
+import uuid
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip, UsageError
@@ -37,6 +39,7 @@ from harness.runners.sites import discard_site, prepare_site
 from harness.versions import Release
 
 MEMORY_LIMIT = os.environ.get("ORTBISECT_DOCKER_MEMORY", "8g")
+RUN_LABEL_ENV = "ORTBISECT_RUN_LABEL"  # names this invocation's containers (a CI job id, say); default: made up
 ENGINE_STATE = "/tmp/ortbisect-docker"  # where the engine script keeps a private engine's state
 ARCHS = ("x86_64", "aarch64")
 
@@ -59,6 +62,8 @@ class DockerRunner(Runner):
         super().__init__(target, cache_dir, cpu or guess)
         self.pool: dp.Pool | None = None
         self.image: str | None = None
+        # every container this invocation makes carries it: `docker ps -a --filter label=org.ortbisect.run=...`
+        self.run_label = os.environ.get(RUN_LABEL_ENV) or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     @classmethod
     def archs(cls) -> tuple[str, ...]:
@@ -145,7 +150,7 @@ class DockerRunner(Runner):
                 e.images[arch] = de.ensure_image(e.client, arch, self.cache_dir, log=log)
                 if e.arch in ARCHS:
                     e.images.setdefault(e.arch, de.ensure_image(e.client, e.arch, self.cache_dir, log=log))
-                    e.cpu = _cpuinfo(e.client, e.images[e.arch], e.arch)
+                    e.cpu = _cpuinfo(e.client, e.images[e.arch], e.arch, {de.LABEL_RUN: self.run_label})
             except (de.DockerEngineError, ProvisionError) as exc:
                 raise UsageError(f"--backend docker: engine {e.name}: {exc}".splitlines()[0]) from None
             except Exception as exc:  # the SDK's or requests' error: the engine went away while it was asked
@@ -153,6 +158,7 @@ class DockerRunner(Runner):
                                  f"{exc}".splitlines()[0]) from None
             log(f"docker engine {e.name}: {e.arch}, {e.info.get('NCPU')} CPUs, Docker {e.info.get('ServerVersion')}, "
                 f"{e.slots} probes at once, {arch} probes " + (f"emulated ({self.cpu})" if emulated else "native"))
+        log(f"containers labelled {de.LABEL_RUN}={self.run_label}")
         self.image = chosen[0].images[arch]
         self.pool = dp.Pool(chosen)
 
@@ -212,7 +218,8 @@ class DockerRunner(Runner):
                                platform=de.docker_platform(arch), mem_limit=MEMORY_LIMIT, timeout=timeout,
                                files={"/work/request.json": json.dumps(inside).encode(),
                                       "/harness/worker.py": WORKER.read_bytes()},
-                               fetch=("/work", workdir), role="probe")
+                               fetch=("/work", workdir), role="probe",
+                               labels={de.LABEL_RUN: self.run_label, de.LABEL_RELEASE: env.version})
         wanted = request.get("outputs_path")
         if wanted and (workdir / "outputs.npz").exists() and Path(wanted) != workdir / "outputs.npz":
             shutil.move(workdir / "outputs.npz", wanted)
@@ -230,10 +237,10 @@ class DockerRunner(Runner):
         )
 
 
-def _cpuinfo(client, image: str, arch: str) -> dict:
+def _cpuinfo(client, image: str, arch: str, labels: dict | None = None) -> dict:
     """What /proc/cpuinfo says in a container of the engine's own arch: model and flags."""
     res = de.run_container(client, image, ["python3", "-c", dp.CPUINFO], platform=de.docker_platform(arch),
-                           mem_limit="256m", timeout=120)
+                           mem_limit="256m", timeout=120, role="cpuinfo", labels=labels)
     try:
         return json.loads(res.stdout)
     except ValueError:

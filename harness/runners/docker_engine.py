@@ -74,6 +74,8 @@ CMD ["python3"]
 """
 LABEL_RECIPE = "org.ortbisect.recipe"
 LABEL_ROLE = "org.ortbisect.role"
+LABEL_RUN = "org.ortbisect.run"  # the harness invocation a container belongs to
+LABEL_RELEASE = "org.ortbisect.release"  # the release a probe container runs
 
 DOCKERFILES_DIR = Path(__file__).resolve().parents[2] / "dockerfiles"
 PROBE_DOCKERFILE = "python-slim.Dockerfile"
@@ -370,6 +372,7 @@ def run_container(
     workdir: str | None = None,
     pids_limit: int | None = 4096,
     role: str = "run",
+    labels: Mapping[str, str] | None = None,
 ) -> ContainerResult:
     """Run ``argv`` in a fresh container of ``image`` and remove it afterwards.
 
@@ -382,6 +385,9 @@ def run_container(
     no-new-privileges; ``mem_limit`` (bytes or "512m") caps memory and swap.
     After ``timeout`` seconds the container is killed (SIGKILL) and the
     result has ``timed_out=True``. The container is removed in every case.
+    It is labelled ``org.ortbisect.role=<role>`` and with ``labels`` (the
+    run and release a probe belongs to), so ``docker ps --filter label=...``
+    finds what a run made and a watch can tell its containers from others'.
     An engine that stops answering raises (the docker SDK's or requests'
     exception), never a result.
     """
@@ -402,7 +408,7 @@ def run_container(
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        labels={LABEL_ROLE: role},
+        labels={**(labels or {}), LABEL_ROLE: role},
         # docker-init as PID 1: the probe then dies of signals like on the
         # host (PID 1 ignores signals it has no handler for) and tini reports
         # 128+N
