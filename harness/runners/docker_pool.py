@@ -20,6 +20,7 @@ import re
 import threading
 from dataclasses import dataclass, field
 
+from harness.runners import docker_ssh
 from harness.runners.docker_volumes import VolumeCache
 
 DEFAULT_HOST = "DOCKER_HOST"
@@ -67,12 +68,15 @@ def split_slots(value: str | None) -> tuple[str | None, int | None]:
 def client_for(host: str | None = None, timeout: int = 120):
     """A docker SDK client for an address, a context's name, or (None) the environment (DOCKER_HOST & co).
 
-    ssh:// goes through the system's ssh client (its config, keys and agent), as the docker CLI does."""
+    ssh:// (an address, DOCKER_HOST, or a context's endpoint) goes through the system's OpenSSH client, its
+    config, keys, agent and known_hosts, as the docker CLI does (`docker_ssh`)."""
     import docker
 
     if host is None:
         env_host = os.environ.get(DEFAULT_HOST, "")
-        return docker.from_env(timeout=timeout, use_ssh_client=env_host.startswith("ssh://"))
+        if env_host.startswith("ssh://"):
+            return docker_ssh.make_client(env_host, timeout=timeout)
+        return docker.from_env(timeout=timeout)
     if "://" not in host:
         from docker.context import ContextAPI
 
@@ -80,9 +84,21 @@ def client_for(host: str | None = None, timeout: int = 120):
         if ctx is None:
             raise EngineError(f"no docker context named {host} (see `docker context ls`)")
         url = ctx.Host or "unix:///var/run/docker.sock"
-        return docker.DockerClient(base_url=url, tls=ctx.TLSConfig or False, timeout=timeout,
-                                   use_ssh_client=url.startswith("ssh://"))
-    return docker.DockerClient(base_url=host, timeout=timeout, use_ssh_client=host.startswith("ssh://"))
+        if url.startswith("ssh://"):
+            return docker_ssh.make_client(url, timeout=timeout)
+        return docker.DockerClient(base_url=url, tls=ctx.TLSConfig or False, timeout=timeout)
+    if host.startswith("ssh://"):
+        return docker_ssh.make_client(host, timeout=timeout)
+    return docker.DockerClient(base_url=host, timeout=timeout)
+
+
+def _why(client, exc: BaseException) -> str:
+    """An engine's failure in one line: ssh's own words where ssh failed, else the exception's first line."""
+    said = docker_ssh.failure(client)
+    endpoint = getattr(client.api, "ssh_endpoint", None)
+    if said and endpoint is not None:
+        return docker_ssh.explain(endpoint, said, exc)
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 def shown(host: str | None) -> str:
@@ -108,7 +124,7 @@ def engine_status(host: str | None = None) -> tuple[bool, str]:
         client.ping()
         v = client.version()
     except Exception as exc:
-        return False, f"docker engine at {where} does not answer: {exc}"
+        return False, f"docker engine at {where} does not answer: {_why(client, exc)}"
     finally:
         _close(client)
     return True, (f"docker engine {v.get('Version', '?')} (API {v.get('ApiVersion', '?')}, "
@@ -174,11 +190,16 @@ def connect(host: str | None, lock_dir) -> Engine:
     host, slots = split_slots(host)
     try:
         client = client_for(host)
-        info = client.info()
     except EngineError:
         raise
     except Exception as exc:
         raise EngineError(f"docker engine {shown(host)} does not answer: {str(exc).splitlines()[0]}") from None
+    try:
+        info = client.info()
+    except Exception as exc:
+        why = _why(client, exc)
+        _close(client)
+        raise EngineError(f"docker engine {shown(host)} does not answer: {why}") from None
     return Engine(host, client, info, slots or max(1, int(info.get("NCPU") or 1)),
                   VolumeCache(info.get("ID") or shown(host), lock_dir))
 
