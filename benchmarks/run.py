@@ -41,6 +41,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import scale  # noqa: E402
+
 from harness.runners.base import WORKER  # noqa: E402
 
 BISECT = ["uv", "run", "--quiet", "bisect"]
@@ -132,7 +133,8 @@ class Bench:
 
     def inputs(self):
         """Model and default batch of gemma-tiny-fused in the bench cache, as the harness resolves them."""
-        from harness import inputs, models
+        from harness.models import inputs
+        from harness.models import registry as models
 
         resolved = models.resolve(MODEL, self.cache)
         return resolved, inputs.default_batch(resolved, self.cache)
@@ -292,9 +294,9 @@ class Bench:
         self.bench_env_create()
 
     def bench_env_create(self):
+        from harness.releases.uvtool import uv_bin
+        from harness.releases.versions import ReleaseIndex, Target
         from harness.runners.uv import UvRunner
-        from harness.uvtool import uv_bin
-        from harness.versions import ReleaseIndex, Target
 
         release = next(r for r in ReleaseIndex(self.cache, uv_bin()).releases() if r.version == ENV_VERSION)
         target = Target(self.arch, self.python)
@@ -438,7 +440,7 @@ class Bench:
         d.mkdir(parents=True, exist_ok=True)
         tiny = builders.save(builders.residual_overflow_model(), d / "residual_overflow.onnx")
         np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-        from harness.runners.docker_pool import engine_status
+        from harness.runners.docker.pool import engine_status
 
         docker_ok, docker_why = engine_status()
         targets = [("native x86_64", ["--arch", "x86_64", "--backend", "uv"]),
@@ -616,11 +618,11 @@ class Bench:
         import builders
         import numpy as np
 
+        from harness.releases.versions import Target
         from harness.request import release_listing
-        from harness.runners import docker_volumes as dv
         from harness.runners import make_runner
-        from harness.runners.docker_pool import engine_status
-        from harness.versions import Target
+        from harness.runners.docker import volumes as dv
+        from harness.runners.docker.pool import engine_status
 
         ok, why = engine_status()
         if not ok:

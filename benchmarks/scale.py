@@ -26,7 +26,8 @@ ROW = 7  # a row of 114 tokens holding the trigger word
 
 def run(b, parts: tuple[str, ...], tools) -> None:
     """`tools`: run.py's own module (Row, med, say, spread), so both print one table."""
-    from harness import inputs, models
+    from harness.models import inputs
+    from harness.models import registry as models
 
     Row, med, say, spread = tools.Row, tools.med, tools.say, tools.spread
 

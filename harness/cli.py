@@ -21,7 +21,7 @@ from rich.markup import escape
 from harness import __version__
 from harness.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, err
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
-from harness.results import TornLineWarning
+from harness.results.store import TornLineWarning
 
 COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
             "drift", "matrix", "merge", "dashboard", "setup", "doctor")

@@ -20,16 +20,16 @@ from typing import Protocol
 import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
-from harness.history import latest_by_version, own_records
 from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, run_probe
 from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
-from harness.results import RunStore, load_outputs
+from harness.releases.versions import Release
+from harness.results.history import latest_by_version, own_records
+from harness.results.store import RunStore, load_outputs
+from harness.runners import kill_live_workers, retire_early_workers, reusing_workers
 from harness.runners.base import Runner
-from harness.runners.workers import kill_live_workers, retire_early_workers, reusing_workers
 from harness.search import Step, bisect_step, sweep_step
 from harness.verdicts import Predicate, judge
-from harness.versions import Release
 
 
 class Observer(Protocol):

@@ -10,47 +10,20 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from harness import request
 from harness.errors import UsageError
-from harness.packages import Package, of_key
+from harness.models.fp32 import fp32_model
 from harness.probe import ProbeJob, default_timeout
-from harness.reference import Reference
-from harness.request import ProbeInputs
-from harness.results import MANIFEST, RunStore, run_id_for
+from harness.reference import FP32, Reference, from_fp32
+from harness.releases.packages import of_key
+from harness.releases.versions import Release
+from harness.request import ProbeInputs, SearchSpec
+from harness.results.store import MANIFEST, RunStore, run_id_for
 from harness.runners import Log, Runner, quiet
 from harness.verdicts import Predicate
-from harness.versions import Release
-from harness.vocabulary import DEFAULT_RESULTS_DIR, default_cache_dir
-
-
-@dataclass(frozen=True)
-class SearchSpec:
-    model: str
-    from_: str
-    to: str
-    inputs: Path | None = None
-    outputs: tuple[str, ...] = ()
-    arch: str = "x86_64"
-    backend: str = "auto"
-    cpu: str | None = None
-    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
-    cache_dir: Path = field(default_factory=default_cache_dir)
-    offline: bool = False
-    results_dir: Path = DEFAULT_RESULTS_DIR
-    resume: str | None = None
-    timeout: float | None = None  # None: probe.default_timeout, by the model's size and the backend
-    bad_if: str = "nan-or-inf"
-    reference: Path | str | None = None  # FILE.npz, or "fp32"
-    reference_release: str | None = None
-    session_options: dict = field(default_factory=dict)
-    repeat: int = 1
-    memory_limit_mb: int | None = None
-    range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
-    package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
-    engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
 
 
 @dataclass
@@ -74,6 +47,8 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     """
     req = request.check(spec, dump=dump, nodes=nodes)
     runner, pi, reference = req.runner, req.probe_inputs, req.reference
+    if reference is not None and reference.kind == FP32 and reference.model is None:  # made here, not when checked
+        reference = from_fp32(*fp32_model(pi.model, spec.cache_dir))
     runner.provision(log)
     key = {
         "model": pi.model.digest,
@@ -131,6 +106,6 @@ def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: s
 
 def _has_pre(*versions: str) -> bool:
     """Whether a range names a pre-release or development build (then the listing must hold them)."""
-    from harness.versions import parse_version
+    from harness.releases.versions import parse_version
 
     return any(parse_version(v).is_prerelease for v in versions if v)

@@ -17,9 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip
+from harness.releases.versions import Release
+from harness.runners import ProcessOutcome
 from harness.runners.base import Environment, Runner
-from harness.runners.workers import ProcessOutcome
-from harness.versions import Release
 
 #: a directory where each worker announces itself before run() and waits to be let go
 #: (see worker.hold); set by tests that must signal a worker known to be running

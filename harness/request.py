@@ -8,7 +8,7 @@ one line) that names what the user typed. The checks run cheapest first:
 1. numbers and words: --timeout, --bad-if (a bound >= 0), one reference at
    most (--reference FILE.npz or fp32, --reference-release), given whenever
    the predicate compares with one;
-2. the package and provider (harness.packages: a package the harness knows,
+2. the package and provider (harness.releases.packages: a package the harness knows,
    a provider it runs, the device that provider needs visible on this host,
    --find-links directories that exist), then the target, by the runner
    registry's rules (arch, backend, --cpu, the Python a backend runs,
@@ -28,27 +28,63 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-from harness import inputs as inputs_mod
-from harness import models
 from harness import reference as reference_mod
 from harness.errors import UsageError
-from harness.packages import Package, known_eps, of_key
+from harness.models import inputs as inputs_mod
+from harness.models import registry as models
 from harness.reference import Reference
-from harness.results import RunStore
+from harness.releases.packages import Package, known_eps, of_key
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import (
+    Release,
+    ReleaseIndex,
+    Target,
+    select_range,
+    wheel_pythons,
+)
+from harness.results.store import RunStore
 from harness.runners import Runner, make_runner
-from harness.uvtool import uv_bin
 from harness.verdicts import Predicate, parse_predicate
-from harness.versions import Release, ReleaseIndex, Target, select_range, wheel_pythons
-from harness.vocabulary import DEVICE_CHECKS, PACKAGES, canonical_arch
+from harness.vocabulary import (
+    DEFAULT_RESULTS_DIR,
+    DEVICE_CHECKS,
+    PACKAGES,
+    canonical_arch,
+    default_cache_dir,
+)
 
-if TYPE_CHECKING:
-    from harness.plan import SearchSpec
+
+@dataclass(frozen=True)
+class SearchSpec:
+    model: str
+    from_: str
+    to: str
+    inputs: Path | None = None
+    outputs: tuple[str, ...] = ()
+    arch: str = "x86_64"
+    backend: str = "auto"
+    cpu: str | None = None
+    python: str = f"{sys.version_info.major}.{sys.version_info.minor}"
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    offline: bool = False
+    results_dir: Path = DEFAULT_RESULTS_DIR
+    resume: str | None = None
+    timeout: float | None = None  # None: probe.default_timeout, by the model's size and the backend
+    bad_if: str = "nan-or-inf"
+    reference: Path | str | None = None  # FILE.npz, or "fp32"
+    reference_release: str | None = None
+    session_options: dict = field(default_factory=dict)
+    repeat: int = 1
+    memory_limit_mb: int | None = None
+    range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
+    package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
+    engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
 
 
 @dataclass
@@ -218,7 +254,7 @@ def _reference(spec: SearchSpec, arrays: dict[str, np.ndarray] | None, release: 
         return None
     if not pi.model.facts.fp16:
         raise UsageError(f"--reference fp32: {pi.model.name} has no fp16 value or weight: it is its own fp32 version")
-    return reference_mod.from_fp32(*reference_mod.fp32_model(pi.model, spec.cache_dir))
+    return reference_mod.pending_fp32()
 
 
 def _reference_release(spec: SearchSpec, target: Target) -> Release:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from harness import search
 from harness.driver import Driver, Observer, RunOutcome
-from harness.history import RefreshStore, latest_by_version, own_records
 from harness.plan import Plan
-from harness.results import RunStore
+from harness.releases.versions import parse_version
+from harness.results.history import RefreshStore, latest_by_version, own_records
+from harness.results.store import RunStore
 from harness.summary import summary
 from harness.verdicts import Predicate, judge
-from harness.versions import parse_version
 
 
 @dataclass
@@ -34,12 +34,12 @@ def _now() -> str:
 
 
 def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, observer: Observer | None = None,
-               jobs: int = 1, prefetch: bool = True, refresh: bool = False, explain: bool = False,
-               cell_key: str | None = None, extra: dict | None = None, log=None) -> Search:
+               jobs: int = 1, prefetch: bool = True, refresh: bool = False, cell_key: str | None = None,
+               extra: dict | None = None) -> Search:
     """Search the plan's releases (bisect, or every release with `sweep`) and keep the run document.
 
     `refresh` probes every release again (new records are appended, none
-    deleted); `explain` traces the boundary pair; `extra` keys go into the
+    deleted); `extra` keys go into the
     document (a matrix cell's description); `cell_key` names the document in
     the store (default: mode, range and predicate).
     """
@@ -48,20 +48,13 @@ def run_search(plan: Plan, *, mode: str = "regression", sweep: bool = False, obs
     driver = Driver(plan.runner, plan.releases, store, plan.job, plan.predicate, plan.reference,
                     observer=observer, jobs=jobs, prefetch=prefetch)
     outcome = driver.run(mode=mode, sweep=sweep)
-    return finish(plan, outcome, started, mode=mode, sweep=sweep, refresh=refresh, explain=explain,
-                  cell_key=cell_key, extra=extra, log=log)
+    return finish(plan, outcome, started, mode=mode, sweep=sweep, refresh=refresh, cell_key=cell_key, extra=extra)
 
 
 def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regression", sweep: bool = False,
-           refresh: bool = False, explain: bool = False, cell_key: str | None = None, extra: dict | None = None,
-           log=None) -> Search:
-    """The run document of a search's outcome (explained if asked), kept in the run's store."""
+           refresh: bool = False, cell_key: str | None = None, extra: dict | None = None) -> Search:
+    """The run document of a search's outcome, kept in the run's store (harness.explain adds its explanation)."""
     doc = summary(outcome, mode, plan.store.run_id, sweep=sweep)
-    if explain and doc["status"] == "found":
-        from harness import explain as explain_mod  # traces, diffs and onnx: only when asked
-
-        lo, hi = plan.releases[outcome.step.lo].version, plan.releases[outcome.step.hi].version
-        doc["explanation"] = explain_mod.explanation(plan, lo, hi, log=log or (lambda msg: None))
     doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "wall_s": round(time.perf_counter() - started, 3)}
     doc["predicate"] = str(plan.predicate)

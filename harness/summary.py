@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from harness.driver import RunOutcome
 from harness.search import MODES, transitions
 
@@ -13,7 +12,7 @@ UPSTREAM = "https://github.com/microsoft/onnxruntime"
 
 def build_of(record: dict | None) -> dict:
     """The commit and branch onnxruntime was built from, as `get_build_info()` reported them in the probe."""
-    from harness.packages import parse_build_info
+    from harness.releases.packages import parse_build_info
 
     return parse_build_info((((record or {}).get("result") or {}).get("onnxruntime") or {}).get("build_info"))
 
@@ -114,7 +113,7 @@ def exit_status(doc: dict) -> int:
 def target_label(prov: dict) -> str:
     """Where probes ran, for titles: "aarch64 · qemu · cpu neoverse-n1", and the package and provider
     when they are not the default: "x86_64 · uv · onnxruntime-openvino:openvino"."""
-    from harness.packages import label_of
+    from harness.releases.packages import label_of
 
     parts = [prov.get("arch") or "?", prov.get("backend") or "?"]
     if prov.get("cpu"):

@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.plan import Plan, SearchSpec, make_plan
+from harness.plan import Plan, make_plan
+from harness.request import SearchSpec
 from harness.runners import AUTO, REGISTRY, Runner, check_target
 
 

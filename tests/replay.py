@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import EnvironmentSkip
+from harness.releases.versions import Release, Target
 from harness.runners.base import Environment, Runner
 from harness.runners.workers import ProcessOutcome
-from harness.versions import Release, Target
 
 
 def outputs(rows: int = 4, nan_rows: int = 0, inf_rows: int = 0, name: str = "y") -> dict:

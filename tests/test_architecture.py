@@ -13,7 +13,7 @@ MAX_LINES = 500
 SINGLE_CONCEPT = "holds one concept"  # the docstring phrase that lets a module pass MAX_LINES
 
 # Where printing and terminal rendering are allowed: the command line, the renderers, the worker (a leaf).
-PRESENTATION = {"cli.py", "render.py", "charts.py", "worker.py"}
+PRESENTATION = {"cli.py", "terminal.py", "charts.py", "chart.py", "worker.py"}
 
 
 def modules(root: Path = HARNESS) -> list[Path]:
@@ -40,7 +40,7 @@ def test_logic_modules_neither_import_commands_nor_print(path):
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:
-            assert not node.module.startswith(("harness.commands", "harness.cli", "harness.render")), \
+            assert not node.module.startswith(("harness.commands", "harness.cli", "harness.report.terminal")), \
                 f"{rel(path)} imports {node.module}"
             assert not node.module.startswith("rich"), f"{rel(path)} renders with rich"
         if isinstance(node, ast.Import):
@@ -67,3 +67,82 @@ def test_the_worker_imports_only_onnxruntime_numpy_and_the_standard_library():
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert names - set(sys.stdlib_module_names) <= {"onnxruntime", "numpy"}, names
+
+
+# -- wings: the import graph, built from the sources ----------------------------------------
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(HARNESS.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """harness module -> the harness modules it imports, anywhere in its source (functions, TYPE_CHECKING)."""
+    names = {_module_name(p): p for p in modules()}
+    graph: dict[str, set[str]] = {}
+    for name, path in names.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                wanted = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(up + ([node.module] if node.module else []))
+                wanted = [f"{base}.{a.name}" if f"{base}.{a.name}" in names else base for a in node.names]
+            else:
+                continue
+            for target in wanted:
+                while target and target not in names:  # a name inside a module: the module
+                    target = target.rpartition(".")[0]
+                if target and target != name:
+                    targets.add(target)
+        graph[name] = targets
+    return graph
+
+
+def wing_of(module: str) -> int:
+    from harness import WINGS
+
+    best = max(((len(prefix), level) for level, (_, prefixes) in enumerate(WINGS) for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), default=None)
+    assert best is not None, f"{module} is in no wing of harness.WINGS"
+    return best[1]
+
+
+def test_the_import_graph_has_no_circle():
+    from graphlib import CycleError, TopologicalSorter
+
+    graph = import_graph()
+    assert len(graph) > 80 and sum(map(len, graph.values())) > 300  # the walk saw the package and its imports
+    try:
+        order = list(TopologicalSorter(graph).static_order())
+    except CycleError as e:
+        # graphlib lists each module before one that imports it
+        raise AssertionError(f"import circle (A -> B: A imports B): {' -> '.join(reversed(e.args[1]))}") from None
+    assert set(order) == set(graph)
+
+
+def test_imports_point_down_the_wings():
+    from harness import WINGS
+
+    upward = [f"{a} ({WINGS[wing_of(a)][0]}) imports {b} ({WINGS[wing_of(b)][0]})"
+              for a, targets in sorted(import_graph().items()) for b in sorted(targets) if wing_of(b) > wing_of(a)]
+    assert not upward, "\n".join(upward)
+
+
+def test_the_top_of_the_package_keeps_only_the_probe_path_and_the_shared_words():
+    top = sorted(p.name for p in HARNESS.glob("*.py"))
+    assert len(top) <= 15, top
+    packages = [p for p in HARNESS.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    for package in packages:  # every wing says what it is for
+        assert ast.get_docstring(ast.parse((package / "__init__.py").read_text())), package.name
+
+
+def test_only_the_runners_start_worker_processes():
+    outside = sorted(a for a, targets in import_graph().items()
+                     if "harness.runners.workers" in targets and not a.startswith("harness.runners"))
+    assert not outside, outside

@@ -8,11 +8,10 @@ than probe; one row also runs as a real subprocess.
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import builders
 import inproc
+import numpy as np
+import pytest
 
 
 @pytest.fixture(scope="module")

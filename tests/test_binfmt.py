@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from harness.runners.provision import binfmt
 
+
 def test_binfmt_status_fake_dir(tmp_path):
     d = tmp_path / "binfmt_misc"
     assert binfmt.binfmt_status(d)["mounted"] is False

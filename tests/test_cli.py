@@ -12,7 +12,7 @@ import pytest
 
 from harness import cli
 from harness.errors import HarnessError, UsageError
-from harness.results import RunStore
+from harness.results.store import RunStore
 
 
 def fake(monkeypatch, body):
@@ -107,8 +107,8 @@ def test_the_bisect_entry_point_prints_the_json_error(tmp_path):
 def test_a_command_imports_no_other_command():
     """`bisect run` loads its own module, not the other commands' (their imports were paid before its first probe)."""
     code = ("import sys; from harness.cli import main; main(['run', '--help']); "
-            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('harness.commands.', 'harness.trace', "
-            "'harness.diff', 'harness.drift', 'harness.dashboard', 'harness.history')))))")
+            "print(' '.join(sorted(m for m in sys.modules if m.startswith(('harness.commands.', 'harness.explain.trace', "
+            "'harness.explain.diff', 'harness.report.drift', 'harness.report.dashboard', 'harness.results.history')))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = proc.stdout.splitlines()[-1].split()
     assert "harness.commands.run" in loaded, proc.stdout

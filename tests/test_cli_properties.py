@@ -15,15 +15,15 @@ import json
 import os
 import shutil
 
+import builders
+import inproc
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import builders
-import inproc
-from harness.results import RunStore
-from harness.versions import ReleaseIndex
+from harness.releases.versions import ReleaseIndex
+from harness.results.store import RunStore
 
 # -- the files thrown at the commands ----------------------------------------------------
 

@@ -15,12 +15,12 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 import builders
-from harness import dashboard
-from harness.results import RunStore
-from test_matrix import ROOT, ob, run_matrix, write_matrix, tiny  # noqa: F401  (tiny is a fixture)
+import pytest
+from test_matrix import ROOT, ob, run_matrix, tiny, write_matrix  # noqa: F401  (tiny is a fixture)
+
+from harness.report import dashboard
+from harness.results.store import RunStore
 
 SCREENSHOT = ROOT / "results" / "dashboard.png"
 EVIL = "<script>window.__pwned = 1</script>"

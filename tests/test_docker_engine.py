@@ -18,11 +18,10 @@ import os
 from pathlib import Path
 
 import pytest
-
-from harness.runners import docker_engine as de
-from harness.runners import docker_pool as dp
-
 from engines import ContainerWatch, unique_label
+
+from harness.runners.docker import engine as de
+from harness.runners.docker import pool as dp
 
 pytestmark = pytest.mark.docker
 
@@ -124,7 +123,7 @@ def test_volume_files_in_and_results_out_without_a_bind_mount(client, images, tm
     image_id = images("amd64")
     name = f"ortbisect-test-{os.getpid()}"
     (tmp_path / "hello.txt").write_text("hi from the client\n")
-    from harness.runners import docker_volumes as dv
+    from harness.runners.docker import volumes as dv
 
     cache = dv.VolumeCache(client.info()["ID"], tmp_path / "locks")
     try:

@@ -15,8 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-
-from engines import ContainerWatch, root_and_dockerd, start_engine, stop_engine, unique_label
+from engines import (
+    ContainerWatch,
+    root_and_dockerd,
+    start_engine,
+    stop_engine,
+    unique_label,
+)
 
 pytestmark = [pytest.mark.docker, pytest.mark.release]
 
@@ -26,7 +31,7 @@ RANGE = ("--from", "1.23.1", "--to", "1.24.1")  # three releases
 @pytest.fixture(scope="module")
 def engines(cache_dir):
     """(first, second): the addresses of the engine of DOCKER_HOST and of a second engine started here."""
-    from harness.runners.docker_pool import engine_status
+    from harness.runners.docker.pool import engine_status
 
     ok, reason = engine_status()
     if not ok:

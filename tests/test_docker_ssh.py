@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from engines import root_and_dockerd
 
 pytestmark = pytest.mark.docker
@@ -98,7 +97,7 @@ class SSHWorld:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from harness.runners.docker_pool import engine_status
+    from harness.runners.docker.pool import engine_status
 
     ok, reason = engine_status()
     if not ok:
@@ -184,7 +183,7 @@ def test_a_refused_connection_is_said_with_the_port(bisect, world):
 
 def test_the_ssh_command_passes_on_only_what_the_url_says():
     """An alias's port and user come from ~/.ssh/config: the command adds -p and -l only for a URL's own."""
-    from harness.runners.docker_ssh import SSHEndpoint
+    from harness.runners.docker.ssh import SSHEndpoint
 
     assert SSHEndpoint.parse("ssh://enginehost").argv()[-5:] == ["--", "enginehost", "docker", "system", "dial-stdio"]
     assert "-p" not in SSHEndpoint.parse("ssh://enginehost").argv()

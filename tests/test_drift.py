@@ -1,4 +1,4 @@
-"""`bisect drift`: a run's graded numbers per release (harness.drift) and the command that shows them.
+"""`bisect drift`: a run's graded numbers per release (harness.report.drift) and the command that shows them.
 
 Runs are built from hand-written probe records (RunStore.open + append):
 nothing is installed or probed.
@@ -10,13 +10,13 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
+import inproc
 import numpy as np
 import pytest
 
-import inproc
-from harness import drift
 from harness.metrics import FP16_MAX, probe_metrics
-from harness.results import RunStore
+from harness.report import drift
+from harness.results.store import RunStore
 from harness.verdicts import parse_predicate
 
 NAN_OR_INF = parse_predicate("nan-or-inf")

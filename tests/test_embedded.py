@@ -11,10 +11,18 @@ import pytest
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun
 
-from harness.embedded import (LENGTHS, VARIANTS, build_model, build_tokenizer, encode_batch,
-                              materialize, model_bytes, repro_texts)
-from harness.embedded import generator as G
-from harness.embedded import tokenizer as T
+from harness.models.embedded import (
+    LENGTHS,
+    VARIANTS,
+    build_model,
+    build_tokenizer,
+    encode_batch,
+    materialize,
+    model_bytes,
+    repro_texts,
+)
+from harness.models.embedded import generator as G
+from harness.models.embedded import tokenizer as T
 
 FP16_MAX = 65504.0
 # Rows of the report's batch that contain the trigger word (character length >= 444).

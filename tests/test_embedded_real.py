@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-
+import builders
 import numpy as np
 import pytest
 
-import builders
-
-from harness import inputs, models
-from harness.uvtool import uv_bin
-from harness.versions import ReleaseIndex
+from harness.models import inputs
+from harness.models import registry as models
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import ReleaseIndex
 
 pytestmark = pytest.mark.release
 

@@ -9,10 +9,13 @@ import os
 import numpy as np
 import pytest
 
-from harness import embedded, fewrows, inputs, scout
-from harness.embedded import LOREM
-from harness.embedded.generator import TRIGGER_WORD
-from harness.plan import SearchSpec, make_plan
+from harness.models import embedded, inputs
+from harness.models.embedded import LOREM
+from harness.models.embedded.generator import TRIGGER_WORD
+from harness.plan import make_plan
+from harness.request import SearchSpec
+from harness.triage import rows as fewrows
+from harness.triage import scout
 
 pytestmark = pytest.mark.release
 

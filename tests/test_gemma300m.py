@@ -15,10 +15,11 @@ import numpy as np
 import onnx
 import pytest
 
-from harness import embedded, inputs, models
-from harness.embedded import gemma300m as G
-from harness.embedded.graph import ExternalData
-from harness.results import load_outputs
+from harness.models import embedded, inputs
+from harness.models import registry as models
+from harness.models.embedded import gemma300m as G
+from harness.models.embedded.graph import ExternalData
+from harness.results.store import load_outputs
 
 FP16_MAX = 65504.0
 SMALL = G.Shape(vocab=512, hidden=64, heads=3, kv_heads=1, head_dim=16, intermediate=96, dense=128)

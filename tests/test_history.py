@@ -6,11 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from harness import history
-from harness.errors import HarnessError
-from harness.results import RunStore
 from test_matrix import KEY, fake_run, ob, rec
+
+from harness.errors import HarnessError
+from harness.results import history
+from harness.results.store import RunStore
 
 RUN = "m-x86_64-1"
 

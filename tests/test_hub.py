@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from harness.models import registered
+from harness.models.registry import registered
 
 SPEC = registered()["embeddinggemma"]
 
@@ -68,7 +68,7 @@ def resolve_offline(hub: Path, cache: Path, revision: str | None = None) -> subp
     code = f"""
 import dataclasses, json, sys
 from pathlib import Path
-from harness import models, inputs
+from harness.models import inputs, registry as models
 from harness.errors import UsageError
 spec = models.registered()["embeddinggemma"]
 if {revision!r}:

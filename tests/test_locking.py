@@ -9,7 +9,7 @@ import textwrap
 HOLDER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from harness.locking import file_lock
+    from harness.results.locking import file_lock
     lock, release = Path(sys.argv[1]), Path(sys.argv[2])
     with file_lock(lock, on_wait=lambda s: print(s, flush=True)):
         print("got", flush=True)

@@ -10,14 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import builders
 import numpy as np
 import pytest
 
-import builders
-from harness import history, matrix
 from harness.errors import UsageError
-from harness.results import RunStore
-from harness.versions import Release
+from harness.nightly import matrix
+from harness.releases.versions import Release
+from harness.results import history
+from harness.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

@@ -13,20 +13,27 @@ import subprocess
 import time
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 import builders
 import inproc
-from harness.compare import _against, parse_pair
-from harness.errors import UsageError
-from harness.packages import Package, label_of, of_key, parse_build_info
-from harness.probe import ProbeJob, run_probe
-from harness.results import run_id_for
-from harness.runners.workers import ProcessOutcome
-from harness.verdicts import judge, parse_predicate
-from harness.versions import Release, ReleaseIndex, files_of_page, merge_releases, releases_from_simple_json, select_range
+import numpy as np
+import pytest
 from replay import ReplayRunner, outputs
+
+from harness.errors import UsageError
+from harness.probe import ProbeJob, run_probe
+from harness.releases.packages import Package, label_of, of_key, parse_build_info
+from harness.releases.versions import (
+    Release,
+    ReleaseIndex,
+    files_of_page,
+    merge_releases,
+    releases_from_simple_json,
+    select_range,
+)
+from harness.results.store import run_id_for
+from harness.runners.workers import ProcessOutcome
+from harness.triage.compare import _against, parse_pair
+from harness.verdicts import judge, parse_predicate
 
 LINUX = "cp311-cp311-manylinux_2_27_x86_64.manylinux_2_28_x86_64"
 
@@ -277,7 +284,7 @@ def test_a_pair_diverges_on_bad_rows_or_on_a_finite_row_far_from_the_first():
 
 def test_the_commit_of_each_build_is_in_the_run_document(tmp_path):
     from harness.driver import Driver
-    from harness.results import RunStore
+    from harness.results.store import RunStore
     from harness.summary import summary
 
     def info(v):
@@ -294,7 +301,7 @@ def test_the_commit_of_each_build_is_in_the_run_document(tmp_path):
 def test_the_compare_table_says_which_pair_diverges():
     from rich.console import Console
 
-    from harness.render import compare_table
+    from harness.report.terminal import compare_table
 
     pair = {"status": "ran", "nan_rows": 7, "inf_rows": 0, "zero_rows": 0, "max_abs": 0.37, "commit": "470ae16099",
             "providers": {"requested": "CPUExecutionProvider", "used": ["CPUExecutionProvider"]}}
@@ -342,7 +349,7 @@ def test_the_cached_listing_keeps_the_format_earlier_versions_read(tmp_path, mon
 def test_the_repro_asks_for_the_runs_provider_and_gives_no_verdict_when_it_did_not_run(tmp_path):
     import hashlib
 
-    from harness import repro
+    from harness.report import repro
 
     model = builders.residual_norm_model().SerializeToString()
     batch = builders.residual_norm_inputs()

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 import wheelhouse
-from harness.versions import Target
+
+from harness.releases.versions import Target
 
 pytestmark = pytest.mark.release
 

@@ -3,10 +3,10 @@ must not be cut off after the ten minutes that fit a small one natively."""
 
 from __future__ import annotations
 
+import builders
 import numpy as np
 import pytest
 
-import builders
 from harness.probe import default_timeout
 
 
@@ -21,7 +21,8 @@ def test_small_models_natively_keep_ten_minutes_and_big_or_emulated_ones_get_mor
 def test_the_plan_takes_the_default_unless_timeout_is_given(tmp_path, listing):
     import shutil
 
-    from harness.plan import SearchSpec, make_plan
+    from harness.plan import make_plan
+    from harness.request import SearchSpec
 
     cache = tmp_path / "cache"
     shutil.copytree(listing, cache / "index")

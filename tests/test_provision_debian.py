@@ -6,8 +6,7 @@ import textwrap
 
 import pytest
 
-from harness.runners.provision import ProvisionError
-from harness.runners.provision import debian
+from harness.runners.provision import ProvisionError, debian
 
 DEBIAN_SOURCES = """\
 Types: deb

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.reduce import bad_rows, ddmin, first_true, last_true, take_rows
+from harness.triage.reduce import bad_rows, ddmin, first_true, last_true, take_rows
 
 
 @given(st.integers(1, 40), st.data())
@@ -69,6 +68,7 @@ from pathlib import Path  # noqa: E402
 
 import builders  # noqa: E402
 from builders import run_script  # noqa: E402
+
 from harness.vocabulary import default_cache_dir  # noqa: E402
 
 KB64 = 64 << 10
@@ -164,10 +164,10 @@ def test_a_500_node_model_with_external_data_reduces_below_64_kb(bisect, tmp_pat
 def test_aarch64_reduction_mitigation_and_their_repro_under_qemu(bisect, tmp_path):
     """One emulated bisection serves the reduction and the mitigation: `mitigate` on the same model, batch and
     target finds the run `run --reduce` made and reuses its probes."""
+    from harness.releases.versions import Release, Target
     from harness.runners import make_runner
     from harness.runners.provision import qemu as qp
     from harness.runners.provision.sysroot import sysroot_python
-    from harness.versions import Release, Target
 
     d = tmp_path / "model"
     d.mkdir()

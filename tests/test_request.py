@@ -11,15 +11,16 @@ import json
 import platform
 import shutil
 
+import builders
+import inproc
 import numpy as np
 import pytest
 
-import builders
-import inproc
-from harness import explain, request
+from harness import request
 from harness.errors import UsageError
-from harness.results import MANIFEST
-from harness.versions import ReleaseIndex
+from harness.explain import boundary as explain
+from harness.releases.versions import ReleaseIndex
+from harness.results.store import MANIFEST
 
 NATIVE = platform.machine()
 
@@ -262,7 +263,7 @@ def test_a_models_facts_are_read_once_and_again_when_the_file_changes(tmp_path, 
     damaged memo is read past, never trusted."""
     import os
 
-    from harness import models
+    from harness.models import registry as models
 
     path = builders.save(builders.residual_norm_model(width=8), tmp_path / "m.onnx")
     cache = tmp_path / "cache"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness.errors import HarnessError
-from harness.results import QUARANTINE, RunStore, TornLineWarning
+from harness.results.store import QUARANTINE, RunStore, TornLineWarning
 
 
 def rec(version: str, nan: int = 0) -> dict:

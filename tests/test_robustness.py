@@ -11,10 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import builders
 import numpy as np
 import pytest
-
-import builders
 from gates import WorkerGate
 
 pytestmark = pytest.mark.release

@@ -11,18 +11,18 @@ import sys
 import time
 from pathlib import Path
 
+import builders
 import numpy as np
 import pytest
-
-import builders
 from gates import WorkerGate, wait_for
+
 from harness.driver import Driver
 from harness.probe import ProbeJob
-from harness.results import RunStore
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import Release, ReleaseIndex, Target, select_range
+from harness.results.store import RunStore
 from harness.runners.uv import UvRunner
-from harness.uvtool import uv_bin
 from harness.verdicts import parse_predicate
-from harness.versions import Release, ReleaseIndex, Target, select_range
 
 pytestmark = pytest.mark.release
 
@@ -179,7 +179,7 @@ def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path)
     (the model is generated already), onnx (the graph's facts are cached from an earlier read), pandas (history),
     matplotlib (charts), PIL. These imports counted against the warm overhead target (benchmarks/ `overhead`);
     what is held here is a module, not a timing."""
-    from harness import models
+    from harness.models import registry as models
 
     models.resolve("gemma-tiny-fused", cache_dir)  # generated (with tokenizers) and read now if the cache has not got it
     argv = [sys.executable, "-m", "harness.cli", "run", "--model", "gemma-tiny-fused", "--from", "1.19.0",

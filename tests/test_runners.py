@@ -14,7 +14,7 @@ import pytest
 
 from harness import runners
 from harness.errors import UsageError
-from harness.versions import Target
+from harness.releases.versions import Target
 
 HARNESS = Path(__file__).resolve().parent.parent / "harness"
 NATIVE = platform.machine()
@@ -98,7 +98,7 @@ def test_no_module_outside_the_runners_names_a_backend():
     """A backend is known by name only under harness/runners/: elsewhere no string constant is one
     (prose in docstrings and comments may mention them; ast sees only whole constants)."""
     names = set(runners.REGISTRY)
-    allowed = {("uvtool.py", "uv")}  # the uv executable it looks up on PATH, not the backend
+    allowed = {("releases/uvtool.py", "uv")}  # the uv executable it looks up on PATH, not the backend
     found = []
     for path in sorted(HARNESS.rglob("*.py")):
         rel = path.relative_to(HARNESS)

@@ -86,7 +86,7 @@ def test_qemu_runs_a_release_from_1_28_on(bisect, residual_overflow):
     ("aarch64", {"1.23.2": ("good", 0), "1.24.1": ("bad", 2)}),  # QEMU_CPU=neoverse-n1 inside the container
 ])
 def test_docker_gives_the_native_and_qemu_verdicts(bisect, residual_overflow, arch, expected):
-    from harness.runners.docker_pool import engine_status
+    from harness.runners.docker.pool import engine_status
 
     ok, reason = engine_status()
     if not ok:

@@ -7,14 +7,14 @@ from __future__ import annotations
 import os
 import platform
 
+import builders
 import numpy as np
 import pytest
 
-import builders
 import harness.runners.workers as workers
-from harness.runners.workers import reusing_workers
+from harness.releases.versions import Release, Target
 from harness.runners.uv import UvRunner
-from harness.versions import Release, Target
+from harness.runners.workers import reusing_workers
 
 pytestmark = pytest.mark.release
 VERSION = "1.19.2"
@@ -137,8 +137,8 @@ def test_a_worker_started_early_imports_at_idle_priority_and_runs_its_probe_at_n
 def test_a_probe_leaves_nothing_in_the_temp_dir_served_or_not(cache_dir, files, tmp_path, monkeypatch):
     """Some releases leave a file in the temp dir at every start (1.30.0: .ses and an empty mat-debug-PID.log); a worker
     writes its temporary files under its probe's (or its pool's) own directory, so none pile up in /tmp."""
-    from harness.uvtool import uv_bin
-    from harness.versions import ReleaseIndex
+    from harness.releases.uvtool import uv_bin
+    from harness.releases.versions import ReleaseIndex
 
     runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
     e = runner.prepare(ReleaseIndex(cache_dir, uv_bin()).releases()[-1])

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from replay import SKIP, ReplayRunner, commit_of, crash, error, ran, releases
 
 from harness import reference
 from harness.plan import Plan
 from harness.probe import ProbeJob
-from harness.results import RunStore
+from harness.results.store import RunStore
 from harness.session import probe_releases, run_search
 from harness.verdicts import parse_predicate
-from replay import SKIP, ReplayRunner, commit_of, crash, error, ran, releases
 
 VERSIONS = ("1.19.0", "1.19.2", "1.20.0", "1.20.1", "1.21.0", "1.21.1", "1.22.0", "1.22.1")
 

@@ -10,18 +10,25 @@ import hashlib
 import json
 import os
 
+import builders
 import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
-import builders
-from harness import precision, surgery
-from harness.precision import CAST_PREFIX as P
-from harness.diff import diff
-from harness.render import diff_table, trace_table
-from harness.trace import NodeTrace, TensorStat, TraceResult, to_json, trace_from_json
+from harness.explain import precision
+from harness.explain.diff import diff
+from harness.explain.precision import CAST_PREFIX as P
+from harness.explain.trace import (
+    NodeTrace,
+    TensorStat,
+    TraceResult,
+    to_json,
+    trace_from_json,
+)
+from harness.graphs import surgery
+from harness.report.terminal import diff_table, trace_table
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 
@@ -361,7 +368,7 @@ def _trace(version, verdict, nan_rows, precisions, stats):
                         f"{version}{tensor}{inf}{nan}", mx / 65504, vis, "model" if tensor == "y" else "exposed")
         nodes.append(NodeTrace(n, prec[n].op_type, surgery.layer_of(n), i, [ts], prec[n]))
     r = TraceResult(version, {}, "m.onnx", "b.npz", "ran", verdict, "", 4, nan_rows, 0, [], nodes, precision=prec)
-    from harness.trace import _summarize
+    from harness.explain.trace import _summarize
     _summarize(r, builders.residual_norm_model())
     return r
 
@@ -416,7 +423,7 @@ def test_diff_same_precision_is_kernel_change():
 
 def test_headroom_chart(tmp_path):
     pytest.importorskip("matplotlib")
-    from harness.charts import headroom_chart
+    from harness.explain.chart import headroom_chart
 
     a = _trace("1.20.0", "bad", 2, ["fp16"] * 3, {
         "/model/layers.0/Add": ("/model/layers.0/Add_output_0", 0, 60000.0, "seen", 0),

@@ -5,16 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 
+import builders
 import numpy as np
 import pytest
 
-import builders
+from harness.explain.chart import headroom_chart
+from harness.explain.diff import diff
+from harness.explain.trace import to_json, trace
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import ReleaseIndex, Target
 from harness.runners import make_runner
-from harness.uvtool import uv_bin
-from harness.charts import headroom_chart
-from harness.diff import diff
-from harness.trace import to_json, trace
-from harness.versions import ReleaseIndex, Target
 
 pytestmark = pytest.mark.release
 

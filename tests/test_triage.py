@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import builders
 import numpy as np
 import onnx
 import pytest
 
-import builders
-from harness import mitigate, triage
+from harness.graphs import fp32
+from harness.triage import mitigate
+from harness.triage import options as triage
+
 
 def cli(bisect, *args, results: Path):
     return bisect(*args, "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results), "--json")
@@ -56,15 +59,13 @@ def test_unsupported_options_are_na_not_errors(tmp_path):
 
 
 def _types(model):
-    from harness.mitigate import _elem_types
-
-    return _elem_types(model)
+    return fp32.elem_types(model)
 
 
 def test_fp32_island_keeps_interface_and_casts_at_the_edges():
     m = builders.residual_overflow_model()
     island = {"/model/layers.0/Add", "/model/layers.1/Add", "/model/scale/Mul"}
-    p = mitigate.fp32_island(m, island)
+    p = fp32.fp32_island(m, island)
     onnx.checker.check_model(p)
     inferred = onnx.shape_inference.infer_shapes(p, strict_mode=True)
     assert [(i.name, i.type.tensor_type.elem_type) for i in p.graph.input] == [("x", onnx.TensorProto.FLOAT16)]
@@ -77,7 +78,7 @@ def test_fp32_island_keeps_interface_and_casts_at_the_edges():
     types = {vi.name: vi.type.tensor_type.elem_type for vi in inferred.graph.value_info}
     assert types["/model/layers.1/Add_output_0/fp32"] == onnx.TensorProto.FLOAT
     assert any(i.name == "quarter/fp32" and i.data_type == onnx.TensorProto.FLOAT for i in p.graph.initializer)
-    whole = mitigate.to_fp32(m)
+    whole = fp32.to_fp32(m)
     onnx.shape_inference.infer_shapes(whole, strict_mode=True)
     assert sum(n.op_type == "Cast" for n in whole.graph.node) == 2  # x in, y out
 

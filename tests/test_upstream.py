@@ -7,13 +7,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import builders
 import onnx
 import pytest
-
-import builders
-from harness.uvtool import uv_bin
-from harness.versions import ReleaseIndex
 from builders import run_script
+
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import ReleaseIndex
 
 
 def cli(bisect, *args, results: Path):

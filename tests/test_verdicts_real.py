@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import builders
 import numpy as np
 import pytest
-
-import builders
 
 pytestmark = pytest.mark.release
 

@@ -4,7 +4,12 @@ import pytest
 from packaging.tags import Tag
 
 from harness.errors import UsageError
-from harness.versions import Release, Target, releases_from_simple_json, select_range
+from harness.releases.versions import (
+    Release,
+    Target,
+    releases_from_simple_json,
+    select_range,
+)
 
 
 def page(*files):

@@ -11,7 +11,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-
 from test_vocabulary import load_worker
 
 WORKER = Path(__file__).resolve().parent.parent / "harness" / "worker.py"
@@ -119,8 +118,9 @@ def test_a_worker_held_at_a_gate_ends_when_its_harness_is_gone(cache_dir, tmp_pa
     import time
 
     import builders
+
+    from harness.releases.versions import Release, Target
     from harness.runners.uv import UvRunner
-    from harness.versions import Release, Target
 
     version = "1.19.2"
     env = UvRunner(Target(platform.machine(), "3.11"), cache_dir).prepare(

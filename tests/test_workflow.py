@@ -24,13 +24,13 @@ import sys
 import time
 from pathlib import Path
 
+import builders
 import numpy as np
 import pytest
 import yaml
 
-import builders
-from harness import history
-from harness.results import RunStore
+from harness.results import history
+from harness.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"

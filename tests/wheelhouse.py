@@ -23,8 +23,13 @@ from urllib.parse import urljoin
 import httpx
 from packaging.utils import parse_wheel_filename
 
-from harness.uvtool import uv_bin
-from harness.versions import Release, Target, configured_index_url, fetch_project
+from harness.releases.uvtool import uv_bin
+from harness.releases.versions import (
+    Release,
+    Target,
+    configured_index_url,
+    fetch_project,
+)
 
 
 def release_wheel(cache_dir: Path, package: str, version: str, target: Target) -> Path:

@@ -13,7 +13,13 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from harness.vocabulary import DEFAULT_EP, DEFAULT_PACKAGE, DEFAULT_RESULTS_DIR, GRAPH_LEVELS, default_cache_dir
+from harness.vocabulary import (
+    DEFAULT_EP,
+    DEFAULT_PACKAGE,
+    DEFAULT_RESULTS_DIR,
+    GRAPH_LEVELS,
+    default_cache_dir,
+)
 
 EXIT_FAILURE = 1  # the environment or the harness failed (results cannot be written, ...)
 EXIT_USAGE = 2  # bad input, refused before any probe
@@ -191,7 +197,7 @@ reduced_option = click.option(
 def run_dir_of(run: str, results_dir: Path) -> Path:
     """RUN as a results/<run-id> directory, or a run id in --results-dir."""
     from harness.errors import UsageError
-    from harness.results import MANIFEST
+    from harness.results.store import MANIFEST
 
     path = Path(run)
     if not (path / MANIFEST).exists():
@@ -209,8 +215,7 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
         if not opts.get("model"):
             raise UsageError("--model: give a model (a registered name or an .onnx file), or --reduced RUN")
         return opts, None
-    from harness.reduce import REDUCED  # with onnx: only for a reduced run
-    from harness.results import RunStore
+    from harness.results.store import REDUCED, RunStore
     if opts.get("model") or opts.get("inputs"):
         raise UsageError("--reduced RUN brings its own model and inputs: leave out --model and --inputs")
     run_dir = run_dir_of(opts["reduced"], opts.get("results_dir") or DEFAULT_RESULTS_DIR)
@@ -228,8 +233,8 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
 
 
 def _package_opts(key: dict) -> dict:
-    """The package options of a run's key (harness.packages), as the command line would give them."""
-    from harness.packages import of_key
+    """The package options of a run's key (harness.releases.packages), as the command line would give them."""
+    from harness.releases.packages import of_key
 
     pkg = of_key(key)
     return {"package": pkg.name, "ep": pkg.ep, "ep_options": pkg.ep_options, "index_urls": pkg.index_urls,
@@ -243,7 +248,7 @@ def log_to_stderr(msg) -> None:
 
 def package_of(opts: dict, name: str | None = None, ep: str | None = None):
     """The Package the options name (`name` and `ep` given: a PACKAGE:EP pair of `bisect compare`)."""
-    from harness.packages import Package
+    from harness.releases.packages import Package
 
     links = tuple(link if "://" in link else str(Path(link).expanduser().resolve()) for link in opts.get("find_links") or ())
     return Package(name=name or opts.get("package") or DEFAULT_PACKAGE, ep=ep or opts.get("ep") or DEFAULT_EP,
@@ -255,7 +260,7 @@ def package_of(opts: dict, name: str | None = None, ep: str | None = None):
 def search_spec(opts: dict):
     """The search the command line asks for; options a command does not take keep their defaults."""
     from harness.errors import UsageError
-    from harness.plan import SearchSpec
+    from harness.request import SearchSpec
 
     if not opts.get("model"):
         raise UsageError("--model: give a model (a registered name or an .onnx file)")

@@ -7,9 +7,22 @@ import sys
 import click
 from rich.markup import escape
 
-from harness.commands.common import (arch_options, err, graph_opt_option, json_option, log_to_stderr, model_options,
-                                     out, package_of, print_json, results_dir_option, search_spec, source_options,
-                                     store_options, timeout_option)
+from harness.commands.common import (
+    arch_options,
+    err,
+    graph_opt_option,
+    json_option,
+    log_to_stderr,
+    model_options,
+    out,
+    package_of,
+    print_json,
+    results_dir_option,
+    search_spec,
+    source_options,
+    store_options,
+    timeout_option,
+)
 
 
 @click.command("compare")
@@ -27,8 +40,8 @@ from harness.commands.common import (arch_options, err, graph_opt_option, json_o
 @json_option
 def command(version, pairs, cosine, as_json, **opts):
     """Run one release of several packages and providers (PACKAGE:EP, the first is the reference) on one batch."""
-    from harness.compare import compare, parse_pair
-    from harness.render import ProbeLines, compare_table
+    from harness.report.terminal import ProbeLines, compare_table
+    from harness.triage.compare import compare, parse_pair
 
     opts = {**opts, "from_": version, "to": version, "range_flags": ("--version", "--version")}
     spec = search_spec(opts)

@@ -19,8 +19,8 @@ from harness.vocabulary import DEFAULT_RESULTS_DIR
 @click.option("--title", default="ortbisect dashboard", show_default=True)
 def command(results, out_dir, title):
     """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it."""
-    from harness.dashboard import build
     from harness.errors import UsageError
+    from harness.report.dashboard import build
 
     if not results.is_dir():
         raise UsageError(f"{results}: no such results directory")

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import log_to_stderr, model_options, out, print_json, store_options, target_options
+from harness.commands.common import (
+    log_to_stderr,
+    model_options,
+    out,
+    print_json,
+    store_options,
+    target_options,
+)
 from harness.commands.trace import plan_over, trace_options
 from harness.errors import UsageError
 
@@ -18,9 +25,10 @@ from harness.errors import UsageError
 @trace_options
 def command(a, b, budget_mb, refresh, as_json, **opts):
     """What changed between two releases: per-node diff and execution precision."""
-    from harness import explain, trace
-    from harness.render import diff_table
-    from harness.versions import parse_version
+    from harness.explain import boundary as explain
+    from harness.explain import trace
+    from harness.releases.versions import parse_version
+    from harness.report.terminal import diff_table
 
     if parse_version(a, "GOOD") == parse_version(b, "BAD"):
         raise UsageError(f"GOOD {a} and BAD {b} are the same release: a diff needs two different ones")

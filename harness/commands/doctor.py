@@ -14,7 +14,7 @@ from harness.commands.common import engines_option, out, print_json, store_optio
 @click.option("--json", "as_json", is_flag=True)
 def command(cache_dir, offline, engines, as_json):
     """What backends work on this host (and on the engines named), and how to fix what does not."""
-    from harness.doctor import checks
+    from harness.runners.doctor import checks
 
     rows = checks(cache_dir, tuple(engines))
     if as_json:

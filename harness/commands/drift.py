@@ -7,9 +7,16 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import FiniteFloatRange, json_option, out, print_json, results_dir_option, run_dir_of
-from harness.drift import DEFAULT_THRESHOLD
+from harness.commands.common import (
+    FiniteFloatRange,
+    json_option,
+    out,
+    print_json,
+    results_dir_option,
+    run_dir_of,
+)
 from harness.errors import HarnessError, UsageError
+from harness.report.drift import DEFAULT_THRESHOLD
 
 CHART_SUFFIXES = (".svg", ".png")
 
@@ -28,9 +35,8 @@ def command(run, results_dir, threshold, chart, as_json):
     RUN is a results/<run-id> directory, or a run id in --results-dir. Nothing is probed: the numbers are the
     ones each probe recorded.
     """
-    from harness import drift
-    from harness.history import read_manifest
-    from harness.results import RunStore
+    from harness.report import drift
+    from harness.results.store import RunStore, read_manifest
     from harness.verdicts import parse_predicate
 
     run_dir = run_dir_of(run, results_dir)
@@ -50,7 +56,7 @@ def command(run, results_dir, threshold, chart, as_json):
     target = chart or store.chart_path("drift.svg")
     title = f"{store.run_id} · {len(rows)} releases · --bad-if {predicate}"
     try:
-        from harness.charts import drift_chart
+        from harness.report.charts import drift_chart
 
         written = drift_chart(rows, steps, target, title)
     except ImportError:
@@ -60,7 +66,7 @@ def command(run, results_dir, threshold, chart, as_json):
     if as_json:
         print_json(drift.document(store.run_id, threshold, rows, steps, str(written) if written else None))
         return 0
-    from harness.render import drift_steps, drift_table
+    from harness.report.terminal import drift_steps, drift_table
 
     out.print(drift_table(rows, steps, escape(f"drift · {store.run_id} · --bad-if {predicate}")))
     out.print(drift_steps(rows, steps, threshold))

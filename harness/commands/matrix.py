@@ -9,7 +9,14 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import err, jobs_option, log_to_stderr, out, results_dir_option, store_options
+from harness.commands.common import (
+    err,
+    jobs_option,
+    log_to_stderr,
+    out,
+    results_dir_option,
+    store_options,
+)
 
 
 @click.group("matrix")
@@ -22,7 +29,7 @@ def command():
 @click.option("--json", "as_json", is_flag=True, help="One JSON object: {\"include\": [cell, ...]} (a CI job matrix).")
 def cells(matrix_file, as_json):
     """The cells of a matrix, numbered as --cell takes them."""
-    from harness.matrix import load
+    from harness.nightly.matrix import load
 
     m = load(matrix_file)
     docs = [c.as_json() for c in m.cells]
@@ -52,8 +59,8 @@ def cells(matrix_file, as_json):
 def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, report, as_json):
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
     from harness.errors import EnvironmentSkip, UsageError
-    from harness.matrix import check_cell, load, resolve_range, run_cell, select
-    from harness.render import ProbeLines
+    from harness.nightly.matrix import check_cell, load, resolve_range, run_cell, select
+    from harness.report.terminal import ProbeLines
     from harness.request import release_listing
 
     m = load(matrix_file)
@@ -87,7 +94,7 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
         err.print(f"  {escape(res.doc['message'])}")
         err.print(f"  [dim]{res.probed_now} probed, {res.reused} reused; results: {results_dir / res.run_id}[/]")
         if report and res.doc.get("first_bad"):
-            from harness import upstream
+            from harness.report import upstream
 
             doc = upstream.build(results_dir / res.run_id, cache_dir=cache_dir, offline=offline, probe=False,
                                  log=log_to_stderr)

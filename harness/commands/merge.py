@@ -28,7 +28,7 @@ def command(root, sources, quarantine, as_json):
     text of each line it sets aside). A last line cut off mid-write is left
     out with a warning.
     """
-    from harness.history import merge
+    from harness.results.history import merge
 
     reports = merge(root, list(sources), quarantine=quarantine)
     for r in reports:

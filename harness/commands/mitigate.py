@@ -7,9 +7,21 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from harness.commands.common import (FiniteFloatRange, jobs_option, log_to_stderr, model_options, on_reduced, out,
-                                     print_json, range_options, reduced_option, search_spec, store_options,
-                                     target_options, triage_options)
+from harness.commands.common import (
+    FiniteFloatRange,
+    jobs_option,
+    log_to_stderr,
+    model_options,
+    on_reduced,
+    out,
+    print_json,
+    range_options,
+    reduced_option,
+    search_spec,
+    store_options,
+    target_options,
+    triage_options,
+)
 from harness.errors import UsageError
 
 
@@ -28,10 +40,10 @@ from harness.errors import UsageError
 @jobs_option
 def command(nodes, reference_model, hot, jobs, as_json, **opts):
     """Keep the culprit nodes (and the residual stream around them) in fp32; is every release clean then?"""
-    from harness import mitigate
-    from harness.models import load_onnx
+    from harness.models.registry import load_onnx
     from harness.plan import make_plan
-    from harness.render import mitigation_table
+    from harness.report.terminal import mitigation_table
+    from harness.triage import mitigate
 
     opts, reduced = on_reduced(opts)
     if reference_model:

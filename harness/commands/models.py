@@ -13,7 +13,7 @@ from harness.commands.common import json_option, out, print_json, store_options
 @json_option
 def command(cache_dir, offline, as_json):
     """Every registered model: source, size, inputs and outputs, default batch."""
-    from harness.models import describe, registered
+    from harness.models.registry import describe, registered
 
     rows = [describe(spec, cache_dir) for spec in registered().values()]
     if as_json:

@@ -5,8 +5,20 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, jobs_option, log_to_stderr, model_options, on_reduced, out, print_json,
-                                     reduced_option, search_spec, store_options, target_options, triage_options)
+from harness.commands.common import (
+    err,
+    jobs_option,
+    log_to_stderr,
+    model_options,
+    on_reduced,
+    out,
+    print_json,
+    reduced_option,
+    search_spec,
+    store_options,
+    target_options,
+    triage_options,
+)
 from harness.errors import UsageError
 
 
@@ -34,9 +46,9 @@ def csv_choice(text: str, allowed: tuple[str, ...], flag: str) -> list[str]:
 @jobs_option
 def command(version, levels, modes, threads_, switches, jobs, as_json, **opts):
     """Verdict of one release under every combination of session options; bisect a dimension that matters."""
-    from harness import triage
     from harness.plan import plan_for_release
-    from harness.render import VERDICT_STYLE, options_table
+    from harness.report.terminal import VERDICT_STYLE, options_table
+    from harness.triage import options as triage
     from harness.vocabulary import canonical_arch
 
     lv = csv_choice(levels, triage.LEVELS, "--levels")

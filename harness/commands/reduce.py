@@ -6,8 +6,15 @@ import sys
 
 import click
 
-from harness.commands.common import (json_option, log_to_stderr, out, print_json, results_dir_option, run_dir_of,
-                                     store_options)
+from harness.commands.common import (
+    json_option,
+    log_to_stderr,
+    out,
+    print_json,
+    results_dir_option,
+    run_dir_of,
+    store_options,
+)
 
 
 @click.command("reduce")
@@ -21,8 +28,8 @@ def command(run, results_dir, cache_dir, offline, rows_only, as_json):
 
     Writes results/<run>/reduced/ (model.onnx, inputs.npz, reduce.json); resumable.
     """
-    from harness.reduce import reduce_saved_run
-    from harness.render import reduction_summary
+    from harness.report.terminal import reduction_summary
+    from harness.triage.reduce import reduce_saved_run
 
     doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
                            nodes=not rows_only, command=sys.argv)

@@ -5,8 +5,20 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from harness.commands.common import (err, graph_opt_option, log_to_stderr, model_options, on_reduced, out, print_json,
-                                     reduced_option, search_spec, store_options, target_options, triage_options)
+from harness.commands.common import (
+    err,
+    graph_opt_option,
+    log_to_stderr,
+    model_options,
+    on_reduced,
+    out,
+    print_json,
+    reduced_option,
+    search_spec,
+    store_options,
+    target_options,
+    triage_options,
+)
 
 
 @click.command("repeat")
@@ -21,8 +33,8 @@ from harness.commands.common import (err, graph_opt_option, log_to_stderr, model
 @click.option("--threads", type=click.IntRange(min=0), default=None, help="intra_op_num_threads.")
 def command(version, n, as_json, **opts):
     """Run one probe N times in fresh processes: same bits every time, or *nondeterministic*."""
-    from harness import triage
     from harness.plan import plan_for_release
+    from harness.triage import options as triage
 
     opts, reduced = on_reduced(opts)
     plan = plan_for_release(search_spec({**opts, "from_": version, "to": version}), version, log=log_to_stderr)

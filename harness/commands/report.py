@@ -7,9 +7,14 @@ from pathlib import Path
 
 import click
 
-from harness.commands.common import err, log_to_stderr, results_dir_option, store_options
+from harness.commands.common import (
+    err,
+    log_to_stderr,
+    results_dir_option,
+    store_options,
+)
 from harness.errors import UsageError
-from harness.results import MANIFEST
+from harness.results.store import MANIFEST
 
 
 @click.command("report")
@@ -25,9 +30,8 @@ def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
 
     RUN is a results/<run-id> directory, or a run id in --results-dir.
     """
-    from harness import upstream
-    from harness.history import read_manifest
-    from harness.results import RunStore
+    from harness.report import upstream
+    from harness.results.store import RunStore, read_manifest
 
     run_dir = Path(run)
     if not (run_dir / MANIFEST).exists():

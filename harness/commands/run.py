@@ -5,11 +5,23 @@ from __future__ import annotations
 import click
 from rich.markup import escape
 
-from harness.commands.common import (EXIT_INTERRUPTED, compose, err, log_to_stderr, model_options, on_reduced, out,
-                                     print_json, probe_options, range_options, reduced_option, search_spec,
-                                     store_options, target_options)
+from harness.commands.common import (
+    EXIT_INTERRUPTED,
+    compose,
+    err,
+    log_to_stderr,
+    model_options,
+    on_reduced,
+    out,
+    print_json,
+    probe_options,
+    range_options,
+    reduced_option,
+    search_spec,
+    store_options,
+    target_options,
+)
 from harness.errors import UsageError
-
 
 # What run and sweep both take: the model (or a reduced repro), the range, the target, the store, the probes.
 search_options = compose(model_options, reduced_option, range_options, target_options, store_options, probe_options)
@@ -65,10 +77,16 @@ def search_and_render(opts: dict, sweep: bool) -> int:
 
 
 def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
-    from harness import fewrows
+    from harness.explain.boundary import explain_search
     from harness.plan import make_plan
-    from harness.render import ProbeLines, reduction_summary, rows_summary, run_table
+    from harness.report.terminal import (
+        ProbeLines,
+        reduction_summary,
+        rows_summary,
+        run_table,
+    )
     from harness.session import run_search
+    from harness.triage import rows as fewrows
 
     strategy = opts.get("rows", "all")
     fewrows.check(opts.get("mode", "regression"), sweep, strategy)
@@ -77,11 +95,12 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
         try:
             if strategy == "fewest":
                 found = fewrows.search(spec, plan, observer=progress, jobs=opts["jobs"], prefetch=opts["prefetch"],
-                                       explain=opts.get("explain", False), log=log_to_stderr)
+                                       log=log_to_stderr)
             else:
                 found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
-                                   jobs=opts["jobs"], prefetch=opts["prefetch"],
-                                   explain=opts.get("explain", False), log=log_to_stderr)
+                                   jobs=opts["jobs"], prefetch=opts["prefetch"])
+            if opts.get("explain"):
+                explain_search(found, log=log_to_stderr)
         except KeyboardInterrupt:
             done = len(plan.store.records())
             err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
@@ -89,7 +108,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
             return None
     doc = found.doc
     if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] == "regression":
-        from harness.reduce import reduce_saved_run
+        from harness.triage.reduce import reduce_saved_run
 
         doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr)
     if not opts["as_json"]:

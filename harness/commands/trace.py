@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import click
 
-from harness.commands.common import (FiniteFloatRange, compose, json_option, log_to_stderr, model_options, out,
-                                     print_json, results_dir_option, search_spec, store_options, target_options)
+from harness.commands.common import (
+    FiniteFloatRange,
+    compose,
+    json_option,
+    log_to_stderr,
+    model_options,
+    out,
+    print_json,
+    results_dir_option,
+    search_spec,
+    store_options,
+    target_options,
+)
 from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB
 
 trace_options = compose(
@@ -25,7 +36,7 @@ def plan_over(opts: dict, given: list[tuple[str, str]], dump: tuple[str, ...] = 
     [("--version", "1.20.0")] or [("GOOD", a), ("BAD", b)]; a refusal names them so.
     """
     from harness.plan import make_plan
-    from harness.versions import parse_version
+    from harness.releases.versions import parse_version
 
     ordered = sorted(given, key=lambda fv: parse_version(fv[1], fv[0]))
     (lo_flag, lo), (hi_flag, hi) = ordered[0], ordered[-1]
@@ -43,8 +54,9 @@ def plan_over(opts: dict, given: list[tuple[str, str]], dump: tuple[str, ...] = 
 @click.option("--all-nodes", is_flag=True, help="Every tensor, not only residual Adds, hot and non-finite ones.")
 def command(version, dump, all_nodes, budget_mb, refresh, as_json, **opts):
     """Per-node statistics of every intermediate tensor on one release."""
-    from harness import explain, trace
-    from harness.render import trace_table
+    from harness.explain import boundary as explain
+    from harness.explain import trace
+    from harness.report.terminal import trace_table
 
     plan = plan_over(opts, [("--version", version)], dump=tuple(dump))
     version = explain.release_of(plan, version).version  # as the index spells it: 1.20 is 1.20.0

@@ -8,7 +8,14 @@ import sys
 import click
 from rich.markup import escape
 
-from harness.commands.common import json_option, out, package_of, package_options, print_json, store_options
+from harness.commands.common import (
+    json_option,
+    out,
+    package_of,
+    package_options,
+    print_json,
+    store_options,
+)
 
 
 @click.command("versions")
@@ -25,10 +32,10 @@ from harness.commands.common import json_option, out, package_of, package_option
 def command(from_, to, arch, python, cache_dir, offline, as_json, commits, **opts):
     """The builds of a package in a range, whether each has a wheel for the target, and the commit it was built from."""
     from harness.errors import EnvironmentSkip
-    from harness.packages import parse_build_info
+    from harness.releases.packages import parse_build_info
+    from harness.releases.versions import Target, select_range
     from harness.request import package, release_listing
     from harness.runners import AUTO, REGISTRY, check_target, make_runner
-    from harness.versions import Target, select_range
     from harness.vocabulary import canonical_arch
 
     arch = canonical_arch(arch)

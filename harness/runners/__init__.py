@@ -13,15 +13,23 @@ from collections.abc import Callable
 from pathlib import Path
 
 from harness.errors import UsageError
-from harness.packages import KEYS as PACKAGE_KEYS
-from harness.packages import Package
+from harness.releases.packages import KEYS as PACKAGE_KEYS
+from harness.releases.packages import Package
+from harness.releases.versions import Target
 from harness.runners.base import Check, Environment, Runner, native_arch
-from harness.runners.docker import DockerRunner
-from harness.runners.docker_pool import address_problem as engine_problem
+from harness.runners.docker.pool import address_problem as engine_problem
+from harness.runners.docker.runner import DockerRunner
 from harness.runners.provision import Log, quiet
 from harness.runners.qemu import QemuRunner
 from harness.runners.uv import UvRunner
-from harness.versions import Target
+
+# the worker processes' life, for those who run probes: outcome of one, the pool a command's probes share
+from harness.runners.workers import (
+    ProcessOutcome,
+    kill_live_workers,
+    retire_early_workers,
+    reusing_workers,
+)
 
 #: every backend by name, in the order `auto` considers them
 REGISTRY: dict[str, type[Runner]] = {cls.backend: cls for cls in (UvRunner, QemuRunner, DockerRunner)}
@@ -109,6 +117,7 @@ def setups() -> dict[str, type[Runner]]:
 
 
 __all__ = [
-    "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "Runner",
-    "check_target", "describe", "doctor_checks", "engine_problem", "flag", "make_runner", "native_arch", "quiet", "setups",
+    "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "ProcessOutcome", "Runner",
+    "check_target", "describe", "doctor_checks", "engine_problem", "flag", "kill_live_workers", "make_runner",
+    "native_arch", "quiet", "retire_early_workers", "reusing_workers", "setups",
 ]

@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import ClassVar
 
 from harness.errors import EnvironmentSkip
-from harness.locking import file_lock
-from harness.packages import Package
+from harness.releases.packages import Package
+from harness.releases.versions import Release, Target
+from harness.results.locking import file_lock
 from harness.runners.provision import Log, quiet
 from harness.runners.workers import ProcessOutcome, run_worker_process, start_early
-from harness.versions import Release, Target
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
 
@@ -79,7 +79,7 @@ class Runner(ABC):
     setup_help: ClassVar[str | None] = None
     #: whether the worker may cap its own address space (ProbeJob.memory_limit_mb)
     supports_memory_limit = True
-    #: the onnxruntime build a release's environment holds (harness.packages); make_runner sets another
+    #: the onnxruntime build a release's environment holds (harness.releases.packages); make_runner sets another
     package: Package = Package()
     #: whether the backend runs probes on engines named by address (--docker-host); make_runner sets `engines`
     takes_engines: ClassVar[bool] = False

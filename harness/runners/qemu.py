@@ -14,12 +14,16 @@ import shlex
 from pathlib import Path
 
 from harness.errors import UsageError
+from harness.releases.versions import Release, Target
 from harness.runners.base import WORKER, Check, Environment, Runner
 from harness.runners.provision import Log, ProvisionError, quiet
 from harness.runners.provision import qemu as qp
-from harness.runners.provision.sysroot import SYSROOT_DIRNAME, setup_sysroot, sysroot_python
+from harness.runners.provision.sysroot import (
+    SYSROOT_DIRNAME,
+    setup_sysroot,
+    sysroot_python,
+)
 from harness.runners.sites import discard_site, prepare_site, site_install_args
-from harness.versions import Release, Target
 
 ARCH = "aarch64"
 PYTHON = "3.11"  # the sysroot's CPython

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.packages import Package
+from harness.releases.packages import Package
+from harness.releases.uvtool import uv
+from harness.releases.versions import Release, Target
 from harness.runners.base import Environment, forget_build, locked_build
 from harness.runners.uv import NUMPY, require_wheel
-from harness.uvtool import uv
-from harness.versions import Release, Target
 
 
 def site_dir(cache_dir: Path, target: Target, version: str, package: Package = Package()) -> Path:

@@ -8,10 +8,18 @@ import subprocess
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip
-from harness.results import write_atomic
-from harness.runners.base import WORKER, Check, Environment, Runner, forget_build, locked_build, native_arch
-from harness.uvtool import uv, uv_bin
-from harness.versions import Release
+from harness.releases.uvtool import uv, uv_bin
+from harness.releases.versions import Release
+from harness.results.store import write_atomic
+from harness.runners.base import (
+    WORKER,
+    Check,
+    Environment,
+    Runner,
+    forget_build,
+    locked_build,
+    native_arch,
+)
 
 NUMPY = "numpy"
 BUILD_INFO = "ortbisect-build-info.json"  # get_build_info() of an environment's build, read once

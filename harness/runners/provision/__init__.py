@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness.locking import file_lock
+from harness.results.locking import file_lock
 
 Log = Callable[[str], None]
 

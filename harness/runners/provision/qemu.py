@@ -22,7 +22,13 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.runners.provision import Log, ProvisionError, locked, quiet, step
-from harness.runners.provision.debian import debian_mirror, drop_apt_state, extract_member, read_host_sources, updated_apt
+from harness.runners.provision.debian import (
+    debian_mirror,
+    drop_apt_state,
+    extract_member,
+    read_host_sources,
+    updated_apt,
+)
 
 MIN_QEMU = Version("10.0")
 

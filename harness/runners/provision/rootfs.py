@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.locking import file_lock
+from harness.results.locking import file_lock
 from harness.runners.provision import ENGINE_SCRIPT, Log, ProvisionError, quiet
 from harness.runners.provision.binfmt import aarch64_emulation
 from harness.runners.provision.debian import debian_arch, host_archive

@@ -14,7 +14,12 @@ import time
 from pathlib import Path
 
 from harness.runners.provision import Log, ProvisionError, locked, quiet, step
-from harness.runners.provision.debian import debian_mirror, drop_apt_state, read_host_sources, updated_apt
+from harness.runners.provision.debian import (
+    debian_mirror,
+    drop_apt_state,
+    read_host_sources,
+    updated_apt,
+)
 from harness.runners.provision.qemu import require_debian_host
 
 SYSROOT_SUITE = "bookworm"

@@ -1,0 +1,160 @@
+"""Line up the traces of two releases by node and say, in words, where and why they part.
+
+The suspect is the node whose execution precision changed where a value a
+consumer really read turned non-finite (see `harness.explain.trace` on what "seen"
+means), else the first precision change, else the first divergent output.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from harness.explain import precision
+from harness.explain.trace import TensorStat, TraceResult
+
+
+@dataclass
+class DiffResult:
+    a: str  # versions
+    b: str
+    a_verdict: str
+    b_verdict: str
+    a_nan_rows: int
+    b_nan_rows: int
+    rows: int
+    first_divergent: dict | None = None  # first tensor beyond rtol (stats proxy)
+    first_bits_differ: dict | None = None  # first tensor whose sha256 differs
+    first_nonfinite_flip: dict | None = None  # first tensor non-finite and "seen" on one side only
+    first_nonfinite_flip_any: dict | None = None  # same, ignoring visibility
+    precision_changes: list[dict] = field(default_factory=list)
+    suspect: str | None = None  # node the explanation names as most likely cause
+    explanation: str = ""
+
+
+def _rel(x, y) -> float:
+    if x is None and y is None:
+        return 0.0
+    if x is None or y is None:
+        return math.inf
+    d = abs(x - y)
+    return 0.0 if d == 0 else d / max(abs(x), abs(y), 1e-30)
+
+
+def _stats_rel(a: TensorStat, b: TensorStat) -> float:
+    if (a.nan, a.inf) != (b.nan, b.inf) or a.shape != b.shape:
+        return math.inf
+    return max(_rel(a.max_abs, b.max_abs), _rel(a.min, b.min), _rel(a.max, b.max))
+
+
+def _prec_key(p: precision.NodePrecision | None):
+    if p is None:
+        return None
+    return (p.precision, p.ran_as, p.fused_precision)
+
+
+def _prec_doc(p: precision.NodePrecision | None) -> dict | None:
+    return asdict(p) if p is not None else None
+
+
+def describe(p: precision.NodePrecision | dict | None) -> str:
+    """Plain words for how a node ran."""
+    if p is None:
+        return "in an unknown precision"
+    d = asdict(p) if isinstance(p, precision.NodePrecision) else p
+    prec = d["precision"]
+    if prec == "fused":
+        inner = {"fp16": "natively in fp16", "fp32-island": "in fp32", "fp32": "in fp32"}.get(d.get("fused_precision"), "")
+        return f"fused into {d.get('ran_as')} `{d.get('optimized_node')}`" + (f" ({inner})" if inner else "")
+    return {"fp16": "natively in fp16", "fp32-island": "in an fp32 island", "fp32": "in fp32",
+            "other": "without floating point", "removed": "removed by the optimizer",
+            "folded": "constant-folded", "unknown": "in an unknown way"}.get(prec, prec)
+
+
+def _tensor_doc(t: TensorStat | None) -> dict | None:
+    if t is None:
+        return None
+    return {k: getattr(t, k) for k in ("dtype", "min", "max", "max_abs", "nan", "inf", "nan_rows", "inf_rows",
+                                       "headroom", "visibility", "sha256")}
+
+
+def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
+    """Line up two traces by node name and say where and why they part."""
+    res = DiffResult(a.version, b.version, a.verdict, b.verdict, a.nan_rows, b.nan_rows, max(a.rows, b.rows))
+    b_nodes = {n.name: n for n in b.nodes}
+    for na in a.nodes:
+        nb = b_nodes.get(na.name)
+        if nb is None:
+            continue
+        tb_by = {t.name: t for t in nb.outputs}
+        for ta in na.outputs:
+            tb = tb_by.get(ta.name)
+            if tb is None or not ta.available or not tb.available:
+                continue
+            where = {"node": na.name, "op_type": na.op_type, "tensor": ta.name, "a": _tensor_doc(ta), "b": _tensor_doc(tb)}
+            if res.first_bits_differ is None and ta.sha256 != tb.sha256:
+                res.first_bits_differ = {**where, "rel": _stats_rel(ta, tb)}
+            if res.first_divergent is None and ta.sha256 != tb.sha256:
+                rel = _stats_rel(ta, tb)
+                if rel > rtol:
+                    res.first_divergent = {**where, "rel": rel}
+            if res.first_nonfinite_flip_any is None and ta.nonfinite != tb.nonfinite:
+                res.first_nonfinite_flip_any = where
+            seen_a = ta.nonfinite and ta.visibility == "seen"
+            seen_b = tb.nonfinite and tb.visibility == "seen"
+            if res.first_nonfinite_flip is None and seen_a != seen_b:
+                res.first_nonfinite_flip = {**where, "side": b.version if seen_b else a.version}
+        pa, pb = a.precision.get(na.name), b.precision.get(na.name)
+        if (pa is not None or pb is not None) and _prec_key(pa) != _prec_key(pb):
+            res.precision_changes.append({"node": na.name, "op_type": na.op_type, "layer": na.layer,
+                                          "a": _prec_doc(pa), "b": _prec_doc(pb)})
+    res.suspect, res.explanation = _explain(a, b, res)
+    return res
+
+
+def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | None, str]:
+    changes = {c["node"]: c for c in res.precision_changes}
+    verdicts = f"{a.version}: {a.verdict} ({a.nan_rows} NaN rows of {a.rows}); {b.version}: {b.verdict} ({b.nan_rows} NaN rows of {b.rows})."
+    flip = res.first_nonfinite_flip
+    if flip:
+        bad, good = (b, a) if flip["side"] == b.version else (a, b)
+        node, tensor = flip["node"], flip["tensor"]
+        tb = bad.tensor(tensor)
+        kind = "Inf" if tb and tb.inf else "NaN"
+        over = "its output exceeds 65504 there (Inf)" if kind == "Inf" else "its output is NaN there"
+        if node in changes:
+            pg, pb = good.precision.get(node), bad.precision.get(node)
+            return node, (f"`{node}` ran {describe(pg)} on {good.version} and {describe(pb)} on {bad.version}; "
+                          f"{over}, the first value a consumer really read as non-finite. {verdicts}")
+        consumers = [n for n in bad.nodes if tensor in n.inputs]
+        changed = [n.name for n in consumers if n.name in changes]
+        tg = good.tensor(tensor)
+        if changed:
+            c = changed[0]
+            also = (" (rounded to fp16 only for the trace, it reads " + ("Inf" if tg and tg.inf else "NaN") +
+                    f" on {good.version} too)") if tg and tg.nonfinite else ""
+            return c, (f"`{c}` ran {describe(good.precision.get(c))} on {good.version} and "
+                       f"{describe(bad.precision.get(c))} on {bad.version}. Its input `{tensor}` (from `{node}`) is "
+                       f"beyond the fp16 range{also}: on {good.version} it stayed in fp32, on {bad.version} it is "
+                       f"rounded to fp16 for `{c}` and becomes {kind}, and the rows turn NaN. {verdicts}")
+        if res.precision_changes:
+            first = res.precision_changes[0]
+            return first["node"], (f"`{node}` is the first node whose output a consumer read as {kind} on "
+                                   f"{bad.version} and not on {good.version}; its own precision did not change. The "
+                                   f"first precision change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
+                                   f"{describe(first['b'])} on {b.version}. {verdicts}")
+        return node, (f"`{node}` is the first node whose output is {kind} on {bad.version} and finite on "
+                      f"{good.version}, with the same precision on both: a kernel's arithmetic changed. {verdicts}")
+    if res.precision_changes:
+        first = res.precision_changes[0]
+        div = res.first_divergent
+        tail = f" The first output beyond tolerance is `{div['node']}`'s (relative difference {div['rel']:.3g})." if div else ""
+        return first["node"], (f"No value a consumer read turns non-finite on one release only. The first precision "
+                               f"change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
+                               f"{describe(first['b'])} on {b.version}.{tail} {verdicts}")
+    if res.first_divergent:
+        div = res.first_divergent
+        return div["node"], (f"Same precision everywhere; `{div['node']}` is the first node whose output differs "
+                             f"(relative difference {div['rel']:.3g} in its statistics): a kernel's arithmetic "
+                             f"changed. {verdicts}")
+    return None, f"The traces agree within tolerance. {verdicts}"

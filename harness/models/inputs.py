@@ -1,0 +1,205 @@
+"""The batch a probe feeds: a user's .npz, or a registered repro batch tokenized once."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from harness.errors import UsageError
+from harness.models.registry import Facts, ResolvedModel, batch_spec, user_file
+
+MASK_INPUT = "attention_mask"  # a token model's padding mask: rows are as long as their 1s
+
+
+def load_npz(path: Path, flag: str = "--inputs") -> dict[str, np.ndarray]:
+    """The arrays of an .npz file the user named with `flag`; anything unreadable is a UsageError."""
+    path = user_file(path, flag, ".npz")
+    try:
+        with open(path, "rb") as f:
+            data = np.load(f, allow_pickle=False)
+            if not isinstance(data, np.lib.npyio.NpzFile):
+                raise UsageError(f"{flag} {path}: a single array (.npy), not an .npz archive of named arrays")
+            with data:
+                return {k: data[k] for k in data.files}
+    except UsageError:
+        raise
+    except Exception as exc:  # numpy, zipfile and zlib each raise their own on a damaged file
+        raise UsageError(f"{flag} {path}: not a readable .npz file ({type(exc).__name__})") from None
+
+
+def arrays_digest(arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    for name in sorted(arrays):
+        a = np.ascontiguousarray(arrays[name])
+        h.update(f"{name}:{a.dtype.str}:{a.shape};".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _spell(dims: list) -> str:
+    return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
+
+
+def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the batch") -> dict[str, int]:
+    """The arrays against the model's graph inputs: names, element types, ranks, static dims, rows.
+
+    `source` says where the arrays came from (`--inputs batch.npz`). Returns
+    the size of each symbolic dim (batch=20, ...), the same in every input that names it.
+    """
+    wanted = {p.name: p for p in facts.inputs}
+    missing = sorted(set(wanted) - set(arrays))
+    extra = sorted(set(arrays) - set(wanted))
+    if missing or extra:
+        raise UsageError(
+            f"{source}: inputs do not match the model: missing {missing or 'none'}, unexpected {extra or 'none'} "
+            f"(model inputs: {sorted(wanted)})"
+        )
+    bound: dict[str, tuple[int, str]] = {}
+    for name, port in wanted.items():
+        got = arrays[name]
+        expected = np.dtype(port.dtype) if port.dtype else None  # None: a type numpy has no name for
+        if expected is not None and got.dtype != expected:
+            raise UsageError(f"{source}: input {name}: dtype {got.dtype}, the model expects {expected}")
+        dims = port.dims
+        if dims is not None and len(dims) != got.ndim:
+            raise UsageError(f"{source}: input {name}: rank {got.ndim}, the model expects {len(dims)}")
+        if got.ndim and got.shape[0] == 0:
+            raise UsageError(f"{source}: the batch has zero rows (input {name} has shape {got.shape})")
+        for d, n in zip(dims or [], got.shape):
+            if isinstance(d, int) and d > 0 and d != n:
+                raise UsageError(f"{source}: input {name}: shape {got.shape}, the model expects {_spell(dims)}")
+            if isinstance(d, str):
+                if d in bound and bound[d][0] != n:
+                    raise UsageError(f"{source}: input {name} has {d}={n} but input {bound[d][1]} has {d}={bound[d][0]}")
+                bound.setdefault(d, (n, name))
+    return {d: n for d, (n, _) in bound.items()}
+
+
+def check_reference(facts: Facts, sizes: dict[str, int], reference: dict[str, np.ndarray],
+                    outputs: tuple[str, ...], source: str) -> None:
+    """Reference outputs against the outputs a probe checks: one numeric array per output, of its shape.
+
+    Shapes are checked where the model declares them: static dims exactly,
+    symbolic ones (batch, ...) against their `sizes` in the batch (from check_inputs).
+    """
+    declared = {p.name: p for p in facts.outputs}
+    checked = list(outputs) or list(declared)
+    missing = [n for n in checked if n not in reference]
+    extra = sorted(set(reference) - set(checked))
+    if missing or extra:
+        raise UsageError(f"{source}: arrays {sorted(reference)} do not match the outputs checked "
+                         f"({', '.join(checked)}): missing {missing or 'none'}, unexpected {extra or 'none'}")
+    for name in checked:
+        got = reference[name]
+        if not (np.issubdtype(got.dtype, np.number) or got.dtype == np.bool_):
+            raise UsageError(f"{source}: {name} holds {got.dtype} values, not numbers")
+        dims = declared[name].dims if name in declared else None
+        if dims is None:
+            continue
+        want = [sizes.get(d) if isinstance(d, str) else (d or None) for d in dims]
+        if len(want) != got.ndim or any(w is not None and w != n for w, n in zip(want, got.shape)):
+            shown = [f"{d}={sizes[d]}" if isinstance(d, str) and d in sizes else d for d in dims]
+            raise UsageError(f"{source}: {name} has shape {got.shape}, the model's output {name} with this batch "
+                             f"is {_spell(shown)}")
+
+
+def repro_texts(spec: dict) -> list[str]:
+    """The report's construction: each length cut from the filler repeated."""
+    filler = spec["filler"]
+    return [(filler * (n // len(filler) + 2))[:n] for n in spec["lengths"]]
+
+
+def tokenize_batch(tokenizer_path: Path, spec: dict) -> dict[str, np.ndarray]:
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(tokenizer_path))
+    tok.enable_padding(pad_id=spec.get("pad_id", 0), pad_token=spec.get("pad_token", "<pad>"))
+    tok.enable_truncation(max_length=spec.get("max_length", 512))
+    encs = tok.encode_batch(repro_texts(spec))
+    return {
+        "input_ids": np.array([e.ids for e in encs], dtype=np.int64),
+        "attention_mask": np.array([e.attention_mask for e in encs], dtype=np.int64),
+    }
+
+
+def default_batch(model: ResolvedModel, cache_dir: Path) -> Path:
+    """The registered model's repro batch as .npz, tokenized once and kept in the cache (or the batch a
+    generated model comes with)."""
+    if model.batch_file is not None:
+        return model.batch_file
+    if not model.spec.batch or not model.tokenizer:
+        raise UsageError(f"--model {model.name}: no default batch; give one with --inputs FILE.npz")
+    spec = batch_spec(model.spec.batch)
+    tok_digest = hashlib.sha256(model.tokenizer.read_bytes()).hexdigest()[:16]
+    key = hashlib.sha256(repr(sorted(spec.items())).encode()).hexdigest()[:16]
+    path = cache_dir / "batches" / f"{model.spec.batch}-{tok_digest}-{key}.npz"
+    if not path.exists():
+        arrays = tokenize_batch(model.tokenizer, spec)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp.npz")
+        np.savez(tmp, **arrays)
+        os.replace(tmp, path)
+    return path
+
+
+def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.ndarray]:
+    """The batch cut to `rows` (axis 0), and, for token inputs, to the longest kept row."""
+    cut = {k: np.ascontiguousarray(v[rows]) for k, v in arrays.items()}
+    mask = cut.get(MASK_INPUT)
+    if mask is not None and mask.ndim == 2 and mask.any():
+        length = int(np.nonzero(mask.any(axis=0))[0].max()) + 1
+        width = mask.shape[1]
+        cut = {k: np.ascontiguousarray(v[:, :length]) if v.ndim >= 2 and v.shape[1] == width else v
+               for k, v in cut.items()}
+    return cut
+
+
+def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None) -> list[int]:
+    """Rows (axis 0) with a NaN or Inf in any of the outputs."""
+    bad = None
+    for name, a in outputs.items():
+        if names and name not in names or a.dtype.kind not in "fc" or a.ndim == 0:
+            continue
+        rows = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
+        bad = rows if bad is None else (bad | rows if bad.shape == rows.shape else bad)
+    return [] if bad is None else [int(i) for i in np.nonzero(bad)[0]]
+
+
+def row_lengths(arrays: dict[str, np.ndarray]) -> list[int]:
+    """Each row's tokens (of the padding mask); 0 for every row of a batch without one."""
+    n = next(iter(arrays.values())).shape[0]
+    mask = arrays.get(MASK_INPUT)
+    return [int(v) for v in mask.reshape(n, -1).sum(axis=1)] if mask is not None and mask.ndim >= 2 else [0] * n
+
+
+def rows_by_length(arrays: dict[str, np.ndarray]) -> list[int]:
+    """Row indices, longest first (tokens of the padding mask; ties and mask-less batches in row order).
+
+    Without a better ranking (harness.triage.scout), the longest rows are the likeliest
+    to hold what overflows: the fewest-rows search tries them first.
+    """
+    lengths = row_lengths(arrays)
+    return sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+
+
+def length_chunks(arrays: dict[str, np.ndarray], keep: float = 2 / 3) -> list[list[int]]:
+    """Every row once, in groups of similar length (longest first): a group starts where a row is shorter
+    than `keep` of its group's first row, so a group cut to its longest row wastes little on padding.
+
+    A batch without a padding mask is one group: its rows are all as long as the batch.
+    """
+    order = rows_by_length(arrays)
+    mask = arrays.get(MASK_INPUT)
+    if mask is None or mask.ndim < 2:
+        return [order]
+    lengths = mask.reshape(mask.shape[0], -1).sum(axis=1)
+    chunks: list[list[int]] = []
+    for i in order:
+        if chunks and lengths[i] >= keep * lengths[chunks[-1][0]]:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    return chunks

@@ -1,0 +1,354 @@
+"""Which model a probe runs: a registered name (hub or generated) or a local file.
+
+The registry is data: one TOML file per model in `harness/models/cards/`, so
+adding a model needs no code. Hub models are always fetched at a pinned
+commit with huggingface_hub; nothing is ever taken from a moving branch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from harness.errors import UsageError
+from harness.results.store import write_atomic
+
+if TYPE_CHECKING:
+    import onnx
+
+REGISTRY = Path(__file__).resolve().parent / "cards"
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: str  # hub | generated | local
+    description: str = ""
+    outputs: tuple[str, ...] = ()
+    batch: str | None = None  # name of a batch in registry/batches
+    repo: str | None = None
+    revision: str | None = None
+    model_file: str | None = None
+    extra_files: tuple[str, ...] = ()
+    tokenizer_file: str | None = None
+    generator: str | None = None  # variant name for source = "generated"
+
+
+@dataclass(frozen=True)
+class Port:
+    """A graph input or output, as the checks before a probe read it."""
+    name: str
+    dtype: str | None  # numpy's name of its element type; None for a type numpy has no name for
+    dims: tuple | None  # per dim: an int (static), a name (symbolic) or None (unknown); None if unranked
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the checks before a probe read of a model's graph.
+
+    Read from the file once and kept in the cache by (path, size, mtime), like
+    its digest: a warm `bisect run` neither imports onnx nor parses the graph
+    (together about 2 s of every run's start-up).
+    """
+    inputs: tuple[Port, ...]  # graph inputs that are not initializers: what a batch feeds
+    outputs: tuple[Port, ...]
+    tensors: frozenset[str]  # every node output and graph output (what --dump may name)
+    nodes: frozenset[str]  # every node's key (what --node may name)
+    data_files: tuple[str, ...]  # external data locations, relative to the model
+    fp16: bool  # any fp16 value or weight (else the model is its own fp32 version)
+
+    def to_json(self) -> dict:
+        return {"inputs": [[p.name, p.dtype, p.dims] for p in self.inputs],
+                "outputs": [[p.name, p.dtype, p.dims] for p in self.outputs],
+                "tensors": sorted(self.tensors), "nodes": sorted(self.nodes),
+                "data_files": list(self.data_files), "fp16": self.fp16}
+
+    @classmethod
+    def from_json(cls, doc: dict) -> "Facts":
+        def ports(rows):
+            return tuple(Port(n, d, None if dims is None else tuple(dims)) for n, d, dims in rows)
+
+        return cls(ports(doc["inputs"]), ports(doc["outputs"]), frozenset(doc["tensors"]), frozenset(doc["nodes"]),
+                   tuple(doc["data_files"]), bool(doc["fp16"]))
+
+
+@dataclass
+class ResolvedModel:
+    spec: ModelSpec
+    path: Path
+    facts: Facts
+    data_files: list[Path] = field(default_factory=list)
+    tokenizer: Path | None = None
+    digest: str = ""
+    batch_file: Path | None = None  # a generated model's own batch (no tokenizer to make one)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+def registered() -> dict[str, ModelSpec]:
+    specs = {}
+    for f in sorted(REGISTRY.glob("*.toml")):
+        doc = tomllib.loads(f.read_text())
+        for key in ("outputs", "extra_files"):
+            doc[key] = tuple(doc.get(key, ()))
+        specs[f.stem] = ModelSpec(name=f.stem, **doc)
+    return specs
+
+
+def batch_spec(name: str) -> dict:
+    path = REGISTRY / "batches" / f"{name}.toml"
+    if not path.exists():
+        raise UsageError(f"unknown batch {name!r}")
+    return tomllib.loads(path.read_text())
+
+
+def is_path(text: str) -> bool:
+    return text.endswith(".onnx") or os.sep in text or Path(text).exists()
+
+
+def resolve(model: str, cache_dir: Path, offline: bool = False) -> ResolvedModel:
+    """A registered name or a path to an .onnx file, checked and digested (`offline`: hub files from the cache only)."""
+    if is_path(model):
+        spec = ModelSpec(name=Path(model).stem, source="local")
+        return check_local(Path(model), spec, cache_dir)
+    specs = registered()
+    if model not in specs:
+        raise UsageError(f"--model {model}: unknown model (registered: {', '.join(specs)}; or give a path to an .onnx file)")
+    spec = specs[model]
+    if spec.source == "hub":
+        files = fetch_hub(spec, offline)
+        resolved = check_local(hub_probe_copy(spec, files, cache_dir), spec, cache_dir)
+        resolved.tokenizer = files.get(spec.tokenizer_file) if spec.tokenizer_file else None
+        return resolved
+    if spec.source == "generated":
+        from harness.models import embedded
+
+        made = embedded.materialize(spec.generator, cache_dir / "models" / spec.name)
+        resolved = check_local(Path(made["model"]), spec, cache_dir)
+        resolved.tokenizer = Path(made["tokenizer"]) if made.get("tokenizer") else None
+        resolved.batch_file = Path(made["batch"]) if made.get("batch") else None
+        return resolved
+    raise UsageError(f"model {spec.name}: unknown source {spec.source!r}")
+
+
+def fetch_hub(spec: ModelSpec, offline: bool = False) -> dict[str, Path]:
+    """Download (or find in the huggingface_hub cache) every file of a hub model at its pinned commit.
+
+    `offline` (or HF_HUB_OFFLINE) takes them from the huggingface_hub cache only.
+    """
+    if not spec.revision or not COMMIT.fullmatch(spec.revision):
+        raise UsageError(f"model {spec.name}: revision {spec.revision!r} is not a pinned 40-hex commit; refusing to fetch")
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    names = [spec.model_file, *spec.extra_files] + ([spec.tokenizer_file] if spec.tokenizer_file else [])
+    files = {}
+    for name in names:
+        try:
+            path = Path(hf_hub_download(spec.repo, name, revision=spec.revision, local_files_only=offline))
+        except LocalEntryNotFoundError:
+            raise UsageError(
+                f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache "
+                "and the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network)"
+            ) from None
+        except (HfHubHTTPError, OSError) as exc:
+            raise UsageError(f"model {spec.name}: cannot fetch {name}: {exc}".splitlines()[0]) from None
+        if f"/snapshots/{spec.revision}/" not in path.as_posix():
+            raise UsageError(f"model {spec.name}: {name} resolved outside revision {spec.revision[:12]}: {path}")
+        files[name] = path
+    return files
+
+
+def hub_probe_copy(spec: ModelSpec, files: dict[str, Path], cache_dir: Path) -> Path:
+    """The model and its external data as plain files in one directory of the cache.
+
+    The huggingface_hub cache keeps files as symlinks into blobs/, and
+    onnxruntime from 1.24.1 on refuses external data whose real path leaves the
+    model's directory: each probe would be an *error* there. Hard links (a copy
+    across filesystems) make the files the directory's own, without a copy.
+    """
+    dest = cache_dir / "models" / f"{spec.name}-{spec.revision[:12]}"
+    for name in (spec.model_file, *spec.extra_files):
+        link_or_copy(files[name].resolve(), dest / name)
+    return dest / spec.model_file
+
+
+def link_or_copy(src: Path, dst: Path) -> None:
+    if dst.exists() and os.path.samefile(src, dst):
+        return
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    try:
+        os.link(src, tmp)
+    except OSError:
+        shutil.copy2(src, tmp)
+    os.replace(tmp, dst)
+
+
+def user_file(path: Path, flag: str, kind: str) -> Path:
+    """`path` if it is a file; else a UsageError naming `flag` and what the path is instead (kind: ".onnx")."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"{flag} {path}: is a directory, not an {kind} file")
+    if not path.is_file():
+        raise UsageError(f"{flag} {path}: no such file")
+    return path
+
+
+def load_onnx(path: Path, flag: str = "--model") -> onnx.ModelProto:
+    """The model file the user named with `flag`, without its external data; anything else is a UsageError."""
+    import onnx
+
+    path = user_file(path, flag, ".onnx")
+    try:
+        proto = onnx.load(str(path), load_external_data=False)
+    except Exception as exc:  # protobuf raises its own DecodeError, onnx others
+        raise UsageError(f"{flag} {path}: not a readable ONNX model ({type(exc).__name__})") from None
+    if not proto.graph.node:
+        raise UsageError(f"{flag} {path}: the graph has no nodes")
+    return proto
+
+
+def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
+    facts = model_facts(path, cache_dir)
+    data_files = [path.parent / name for name in facts.data_files]
+    for f in data_files:
+        if not f.is_file():
+            raise UsageError(f"--model {path}: external data file {f.name} is missing (expected next to the model)")
+    return ResolvedModel(spec=spec, path=path, facts=facts, data_files=data_files,
+                         digest=files_digest([path, *data_files], cache_dir))
+
+
+def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
+    """The Facts of the model file at `path`: from the cache, else read (refusing what onnx cannot read) and kept."""
+    path = user_file(path, flag, ".onnx")
+    st = path.stat()
+    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    memo = Path(cache_dir) / "model-facts" / f"{key}.json"
+    try:
+        return Facts.from_json(json.loads(memo.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    facts = facts_of(load_onnx(path, flag))
+    try:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(memo, json.dumps(facts.to_json()))
+    except OSError:
+        pass  # a read-only cache: read the graph again next time
+    return facts
+
+
+def facts_of(proto: onnx.ModelProto) -> Facts:
+    """The Facts of a loaded model (or of a graph made in memory)."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    from harness.graphs.fp32 import has_fp16
+    from harness.graphs.surgery import node_key
+
+    g = proto.graph
+    inits = {i.name for i in g.initializer}
+    locations = sorted({ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
+    return Facts(inputs=tuple(_port(i) for i in g.input if i.name not in inits),
+                 outputs=tuple(_port(o) for o in g.output),
+                 tensors=frozenset({o for n in g.node for o in n.output if o} | {o.name for o in g.output}),
+                 nodes=frozenset(node_key(n) for n in g.node), data_files=tuple(locations), fp16=has_fp16(proto))
+
+
+def _port(value_info) -> Port:
+    from onnx.helper import tensor_dtype_to_np_dtype
+
+    t = value_info.type.tensor_type
+    try:
+        dtype = str(tensor_dtype_to_np_dtype(t.elem_type))
+    except (KeyError, TypeError, ValueError):
+        dtype = None  # a type numpy has no name for: the release decides
+    dims = None
+    if t.HasField("shape"):
+        dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
+    return Port(value_info.name, dtype, dims)
+
+
+def _initializers(proto: onnx.ModelProto):
+    yield from proto.graph.initializer
+    for node in proto.graph.node:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+
+
+def files_digest(paths: list[Path], cache_dir: Path) -> str:
+    """sha256 over the files' bytes, memoised by (path, size, mtime): a 1 GB model is hashed once."""
+    memo_path = cache_dir / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    h = hashlib.sha256()
+    changed = False
+    for p in paths:
+        st = p.stat()
+        key = f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+        if key not in memo:
+            fh = hashlib.sha256()
+            with open(p, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    fh.update(chunk)
+            memo[key] = fh.hexdigest()
+            changed = True
+        h.update(memo[key].encode())
+    if changed:
+        try:
+            memo_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(memo_path, json.dumps(memo))
+        except OSError:
+            pass
+    return h.hexdigest()
+
+
+def describe(spec: ModelSpec, cache_dir: Path) -> dict:
+    """What `bisect models` shows: source, size, inputs/outputs, default batch.
+
+    Small generated models are made on the spot; the full-size one and hub
+    models are described from the cache only, never generated or downloaded here.
+    """
+    row = {"name": spec.name, "source": spec.source, "description": spec.description, "batch": spec.batch,
+           "outputs_checked": list(spec.outputs), "size_bytes": None, "inputs": None, "outputs": None}
+    if spec.source == "hub":
+        row["origin"] = f"{spec.repo}@{spec.revision[:12]}/{spec.model_file}"
+        path = _cached_hub_file(spec)
+    else:
+        from harness.models import embedded
+
+        made = embedded.existing(spec.generator, cache_dir / "models" / spec.name)
+        path = Path(made["model"]) if made else None  # a large one not made yet: described once it is
+        row["origin"] = f"generated by harness.models.embedded ({spec.generator})"
+    if path is not None:
+        facts = model_facts(path, cache_dir)
+        row["inputs"] = [_signature(p) for p in facts.inputs]
+        row["outputs"] = [_signature(p) for p in facts.outputs]
+        row["size_bytes"] = sum(p.stat().st_size for p in {path, *(path.parent / f for f in facts.data_files)}
+                                if p.exists())
+    return row
+
+
+def _cached_hub_file(spec: ModelSpec) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(spec.repo, spec.model_file, revision=spec.revision)
+    return Path(found) if isinstance(found, str) else None
+
+
+def _signature(port: Port) -> str:
+    dims = ["?" if d is None else str(d) for d in port.dims or ()]
+    return f"{port.name}: {port.dtype}[{', '.join(dims)}]"

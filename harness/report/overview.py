@@ -1,0 +1,343 @@
+"""What the dashboard shows, as data: one row per (run, predicate) of a results root. Pure of HTML.
+
+A row is a model on a target (arch, backend, CPU model, package and execution
+providers where the records name them, session options), with per release:
+the verdict of its NEWEST probe record (`history.latest_by_version`, judged by
+`verdicts.judge`), its NaN rows and its graded numbers (`metrics.of_record`:
+fp16 headroom = max |x| / 65504, worst cosine against the run's reference where
+there is one). The first bad release of the row is its boundary; the report of
+the run (`bisect report` writes results/<run>/report.md) is named when present.
+
+`changes` compares the newest run of the nightly with the state before it:
+records are grouped into runs by their `finished` times (a gap of more than
+RUN_GAP between two probes starts a new run), and the verdicts as of the
+previous run are judged from the records finished before the newest run began.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
+
+from harness.errors import UsageError
+from harness.metrics import of_record
+from harness.results.history import latest_by_version, run_dirs
+from harness.results.store import CELLS, REPORT, TRACES, RunStore, read_manifest
+from harness.runners import PROVENANCE_KEYS
+
+DEFAULT_PREDICATE = "nan-or-inf"
+TARGET_EXTRA = ("package", "ep", "providers")  # what a record's provenance may name beyond the run key
+RUN_GAP = timedelta(hours=6)  # probes further apart than this belong to different runs (nights)
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+
+def vkey(v: str):
+    try:
+        return (0, Version(v))
+    except InvalidVersion:
+        return (1, v)
+
+
+@dataclass
+class Row:
+    run_id: str
+    run_dir: Path
+    model: str
+    model_digest: str
+    target: str
+    provenance: dict
+    options: dict
+    predicate: str
+    cells: dict[str, dict]  # version -> {verdict, why, nan_rows, inf_rows, rows, finished, status, records}
+    history: list[dict] = field(default_factory=list)  # {version, verdict, first_seen}
+    summary: dict | None = None
+    first_bad: str | None = None
+    last_good: str | None = None
+    flips: dict[str, str] = field(default_factory=dict)  # version -> previous verdict
+    headroom: dict[str, float] = field(default_factory=dict)  # from traces (the largest of any tensor)
+    margins: dict[str, dict] = field(default_factory=dict)  # version -> {headroom, cosine_min, max_abs} (newest record)
+    judged: list[tuple[str, str, str]] = field(default_factory=list)  # (version, finished, verdict) of every record
+    report: str | None = None  # file name of the run's upstream report, when `bisect report` wrote one
+
+    @property
+    def key(self) -> str:
+        return f"{self.run_id}/{self.predicate}"
+
+
+def target_of(key: dict, records: list[dict]) -> dict:
+    """Where a run's probes ran: the manifest key's provenance, and the package and providers its records name."""
+    prov = {k: key.get(k) for k in PROVENANCE_KEYS}
+    for k in TARGET_EXTRA:
+        prov[k] = key.get(k)
+        for rec in reversed(records):
+            value = (rec.get("provenance") or {}).get(k)
+            if value:
+                prov[k] = value
+                break
+    return prov
+
+
+def target_label(prov: dict, options: dict) -> str:
+    """"x86_64 · uv · onnxruntime-openvino:openvino · OpenVINOExecutionProvider · py3.11 · options"."""
+    from harness.summary import target_label as where
+
+    parts = [where(prov)]  # arch, backend, CPU model, and package:ep when not the default ones
+    providers = prov.get("providers")
+    if providers:
+        parts.append(", ".join(map(str, providers)) if isinstance(providers, (list, tuple)) else str(providers))
+    if prov.get("python"):
+        parts.append(f"py{prov['python']}")
+    if options:
+        parts.append(", ".join(f"{k}={v}" for k, v in sorted(options.items())))
+    return " · ".join(parts)
+
+
+def _cell_docs(run_dir: Path) -> list[dict]:
+    docs = []
+    for f in sorted((run_dir / CELLS).glob("*.json")):
+        try:
+            docs.append(json.loads(f.read_text()))
+        except (OSError, ValueError):
+            continue
+    return docs
+
+
+def trace_headroom(run_dir: Path) -> dict[str, float]:
+    """version -> the largest fp16 headroom (max |x| / 65504; inf when non-finite) of its trace."""
+    out = {}
+    for f in sorted((run_dir / TRACES).glob("*.json")):
+        try:
+            doc = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        version = doc.get("version") or f.stem
+        vals = []
+        for r in doc.get("residual") or []:
+            vals.append(math.inf if r.get("nonfinite") else (r.get("headroom") or 0.0))
+        if not vals:
+            for n in doc.get("nodes") or []:
+                for t in n.get("outputs") or []:
+                    if t.get("dtype") == "float16" and t.get("headroom") is not None:
+                        vals.append(t["headroom"])
+        if not vals and isinstance(doc.get("max_headroom"), (int, float)):
+            vals.append(doc["max_headroom"])
+        if vals:
+            out[str(version)] = max(vals)
+    return out
+
+
+def _judge(records: list[dict], predicate: str, summary: dict | None):
+    from harness.verdicts import judge, parse_predicate
+
+    pred = parse_predicate(predicate)
+    by_summary = {p["version"]: p for p in (summary or {}).get("probes", [])}
+    judged = []
+    for rec in records:
+        j = judge(rec, pred)
+        verdict, why = j["verdict"], j["why"]
+        if pred.needs_reference:  # the reference outputs are not here: trust the run's own summary
+            p = by_summary.get(rec["version"])
+            verdict, why = (p["verdict"], p.get("why")) if p else ("error", "no summary for a rel-diff run")
+        judged.append((rec, verdict, why, j))
+    return judged
+
+
+def _number(x) -> float | None:
+    """A graded number as the page plots it: None where absent, inf where non-finite."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    return float(x) if math.isfinite(x) else math.inf
+
+
+def margins_of(record: dict) -> dict:
+    """The numbers a row's sparkline follows, from the record's stored metrics."""
+    if record.get("status") != "ran":
+        return {}
+    m = of_record(record)
+    out = {"headroom": _number(m.get("headroom")), "cosine_min": _number(m.get("cosine_min")),
+           "max_abs": _number(m.get("max_abs"))}
+    nonfinite = any((o.get("nan_rows") or o.get("inf_rows")) for o in (record.get("result") or {}).get("outputs") or [])
+    if nonfinite and out["headroom"] is not None:
+        out["headroom"] = math.inf  # max |x| is taken over finite values: a NaN row is past the ceiling
+    return out
+
+
+def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
+    """A row per (run, predicate) under `root`.
+
+    A run whose manifest cannot be read, or whose probes.jsonl holds a complete
+    line that is not a probe record, is left out: `warn` hears why and
+    `left_out` gets (run directory, reason). A last line cut off mid-write is
+    only warned about.
+    """
+    rows = []
+    left_out = [] if left_out is None else left_out
+    for d in run_dirs(root):
+        try:
+            man = read_manifest(d)
+        except UsageError as exc:  # an unreadable run is left out of the page, with a note on stderr
+            warn(f"skipping {d}: {exc}")
+            left_out.append((d, str(exc)))
+            continue
+        evidence = RunStore(d).read()
+        if evidence.corrupt:
+            more = f" (and {len(evidence.corrupt) - 1} more)" if len(evidence.corrupt) > 1 else ""
+            reason = f"{evidence.corrupt[0]}{more}"
+            warn(f"skipping {d}: {reason}")
+            left_out.append((d, reason))
+            continue
+        if evidence.torn:
+            warn(f"{evidence.torn}: left out")
+        records = evidence.records
+        key = man["key"]
+        prov = target_of(key, records)
+        options = key.get("session_options") or {}
+        docs = _cell_docs(d)
+        predicates = sorted({doc.get("predicate") or DEFAULT_PREDICATE for doc in docs}) or [DEFAULT_PREDICATE]
+        headroom = trace_headroom(d)
+        newest = latest_by_version(records)
+        newest_ids = {id(r) for r in newest.values()}
+        margins = {v: margins_of(r) for v, r in newest.items()}
+        report = REPORT if (d / REPORT).is_file() else None
+        for predicate in predicates:
+            mine = [doc for doc in docs if (doc.get("predicate") or DEFAULT_PREDICATE) == predicate]
+            summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
+            judged = _judge(records, predicate, summary)
+            cells, first_seen = {}, {}
+            counts = defaultdict(int)
+            for rec, verdict, why, s in judged:
+                counts[rec["version"]] += 1
+                k = (rec["version"], verdict)
+                t = rec.get("finished") or ""
+                if k not in first_seen or (t and t < first_seen[k]):
+                    first_seen[k] = t
+                if id(rec) in newest_ids:
+                    cells[rec["version"]] = {"verdict": verdict, "why": why, "nan_rows": s["nan_rows"],
+                                             "inf_rows": s["inf_rows"], "rows": s["rows"],
+                                             "finished": rec.get("finished"), "status": rec.get("status")}
+            for v, c in cells.items():
+                c["records"] = counts[v]
+            row = Row(d.name, d, (man.get("model") or {}).get("name") or d.name, key.get("model") or "",
+                      target_label(prov, options), prov, options, predicate, cells,
+                      history=sorted(({"version": v, "verdict": vd, "first_seen": t} for (v, vd), t in first_seen.items()),
+                                     key=lambda h: (h["first_seen"], vkey(h["version"]))),
+                      summary=summary, headroom=headroom, margins=margins, report=report,
+                      judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
+            row.first_bad, row.last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
+            s = row.summary or {}
+            if s.get("first_bad") and s["first_bad"] in row.cells and row.cells[s["first_bad"]]["verdict"] == "bad":
+                row.first_bad, row.last_good = s["first_bad"], s.get("last_good")
+            rows.append(row)
+    return rows
+
+
+def boundary(verdicts: dict[str, str]) -> tuple[str | None, str | None, dict[str, str]]:
+    """(first bad, last good, flips) of a row's verdicts: the first bad release after a good one, and each
+    release whose verdict differs from the previous one's (a skip, no wheel, is stepped over)."""
+    prev = last_good = first_bad = boundary_good = None
+    flips: dict[str, str] = {}
+    for v in sorted(verdicts, key=vkey):
+        verdict = verdicts[v]
+        if verdict != "skip":  # no wheel for the target: says nothing about the release's numerics
+            if prev is not None and verdict != prev:
+                flips[v] = prev
+            prev = verdict
+        if verdict == "good":
+            last_good = v
+        elif verdict == "bad" and last_good is not None and first_bad is None:
+            first_bad, boundary_good = v, last_good
+    return first_bad, boundary_good, flips
+
+
+# -- what changed since the previous run ------------------------------------------------------
+
+@dataclass
+class Changes:
+    run_started: str | None  # first probe of the newest run; None when no probe has a time
+    previous_run: str | None  # last probe of the run before it; None on the first run
+    new_releases: list[tuple[str, list[str]]]  # (version, keys of the rows that probed it for the first time)
+    flipped: list[tuple[str, str, str, str]]  # (row key, version, before, now)
+    new_boundaries: list[tuple[str, str | None, str | None]]  # (row key, first bad before, first bad now)
+
+    @property
+    def any(self) -> bool:
+        return bool(self.new_releases or self.flipped or self.new_boundaries)
+
+
+def _time(t: str) -> datetime | None:
+    try:
+        return datetime.strptime(t, TIME_FORMAT).replace(tzinfo=timezone.utc)
+    except (TypeError, ValueError):
+        return None
+
+
+def runs_of(times) -> list[tuple[str, str]]:
+    """(first, last) probe time of each run, oldest first: times further apart than RUN_GAP split runs."""
+    parsed = {t: _time(t) for t in set(times)}  # each distinct stamp parsed once
+    stamps = sorted(t for t, when in parsed.items() if when)
+    runs: list[list[str]] = []
+    for t in stamps:
+        if runs and parsed[t] - parsed[runs[-1][-1]] <= RUN_GAP:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return [(r[0], r[-1]) for r in runs]
+
+
+def changes(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> Changes:
+    """What the newest run changed: releases probed for the first time, verdicts that flipped, boundaries.
+    `runs` is `runs_of` every probe time of `rows`, when the caller has it."""
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
+    if not runs:
+        return Changes(None, None, [], [], [])
+    start = runs[-1][0]
+    previous = runs[-2][1] if len(runs) > 1 else None
+    new_releases: dict[str, list[str]] = defaultdict(list)
+    flipped, bounds = [], []
+    for r in rows:
+        before_recs: dict[str, tuple[str, int, str]] = {}
+        for i, (v, t, verdict) in enumerate(r.judged):
+            if t and t < start:
+                cur = before_recs.get(v)
+                if cur is None or (t, i) >= cur[:2]:
+                    before_recs[v] = (t, i, verdict)
+        before = {v: x[2] for v, x in before_recs.items()}
+        if previous is None:
+            continue
+        for v, c in r.cells.items():
+            if v not in before:
+                if (c.get("finished") or "") >= start:
+                    new_releases[v].append(r.key)
+            elif before[v] != c["verdict"]:
+                flipped.append((r.key, v, before[v], c["verdict"]))
+        was = boundary(before)[0]
+        if r.first_bad != was and r.first_bad:
+            bounds.append((r.key, was, r.first_bad))
+    return Changes(start, previous, sorted(new_releases.items(), key=lambda kv: vkey(kv[0])),
+                   sorted(flipped, key=lambda f: (f[0], vkey(f[1]))), sorted(bounds))
+
+
+def nights(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> list[dict]:
+    """Per run (night): its date, and how many probes of each verdict it recorded; oldest first."""
+    runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
+    if not runs:
+        return []
+    out = [{"first": a, "last": b, "date": a[:10], "verdicts": defaultdict(int)} for a, b in runs]
+    starts = [a for a, _ in runs]
+    import bisect as _bisect
+
+    for r in rows:
+        for _, t, verdict in r.judged:
+            if t and t >= starts[0]:  # stamps that parse sort as text; the others are in no run
+                i = _bisect.bisect_right(starts, t) - 1
+                if t <= runs[i][1]:
+                    out[i]["verdicts"][verdict] += 1
+    for n in out:
+        n["verdicts"] = dict(n["verdicts"])
+    return out

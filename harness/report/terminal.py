@@ -1,0 +1,305 @@
+"""Everything the commands show on a terminal: tables, progress lines, colours.
+
+Logic modules return data; only commands call these, and only these print
+through rich.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.console import Console, Group
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from harness.summary import target_label
+
+if TYPE_CHECKING:  # the trace and diff tables' types; `bisect run` needs neither module (onnx) to draw its table
+    from harness.explain.diff import DiffResult
+    from harness.explain.trace import TraceResult
+
+VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
+                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
+
+
+def verdict(v: str | None) -> str:
+    """A verdict word in its colour (rich markup)."""
+    return f"[{VERDICT_STYLE.get(v or '', 'dim')}]{v or '-'}[/]"
+
+
+# --- searches ------------------------------------------------------------------------------
+
+
+class ProbeLines:
+    """One line per finished probe on a console, with a spinner for the probes in flight.
+
+    The spinner is drawn on a terminal only: elsewhere rich would still rebuild it ten times a
+    second in a thread of its own, for nobody, while the probes run.
+    """
+
+    def __init__(self, console: Console, prefix: str = "", spinner: bool = True):
+        from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+        self.console = console
+        self.prefix = prefix
+        self.count = 0
+        self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                            console=console, transient=True, disable=not (spinner and console.is_terminal))
+        self.tasks = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def probe_started(self, version: str) -> None:
+        self.tasks[version] = self.bar.add_task(f"probing {version}", total=None)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        self.count += 1
+        task = self.tasks.pop(record["version"], None)
+        if task is not None:
+            self.bar.remove_task(task)
+        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
+        lead = f"{escape(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
+        self.bar.console.print(f"{lead}{escape(record.get('package') or 'onnxruntime')} {record['version']:<8} "
+                               f"[{VERDICT_STYLE.get(record['verdict'], '')}]{record['verdict']:<7}[/] "
+                               f"{escape(record.get('why') or '')} ({how})")
+
+
+def _number(v, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def run_table(doc: dict) -> Table:
+    """One row per probe; graded metrics (fp16 headroom, worst cosine with the reference) where probes have them."""
+    prov = doc.get("provenance") or {}
+    t = Table(title=f"{prov.get('package') or 'onnxruntime'} probes · {target_label(prov)}", title_justify="left")
+    commits = any(p.get("commit") for p in doc["probes"])
+    metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
+                                                             ("cosine_min", "worst cosine", ".6f"))
+                   if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
+    for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
+                      ("rows", "right"), *((title, "right") for _, title, _ in metric_cols), ("seconds", "right"),
+                      *((("commit", "left"),) if commits else ()), ("note", "left")):
+        t.add_column(col, justify=just)
+    for p in doc["probes"]:
+        m = p.get("metrics") or {}
+        kinds = {d.split("<")[0].split(">")[0] for d in p.get("decided_by") or ["nan"]}
+        shown = p["verdict"] == "good" or (p["verdict"] == "bad" and kinds <= {"nan", "nan-or-inf", "cosine", "headroom"})
+        note = "" if shown else (p.get("why") or "")  # the columns already say it
+        counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
+        t.add_row(p["version"], verdict(p["verdict"]),
+                  *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
+                  *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
+                  f"{p['seconds']:.2f}", *((p.get("commit") or "-",) if commits else ()),
+                  ("saved; " if p["reused"] else "") + escape(note))
+    return t
+
+
+def compare_table(doc: dict) -> Table:
+    """One row per PACKAGE:EP pair of `bisect compare`, the first the reference of the others."""
+    t = Table(title=f"{doc['model']} · release {doc['version']} · {target_label(doc.get('provenance') or {})}",
+              title_justify="left")
+    for col, just in (("package:ep", "left"), ("ran on", "left"), ("commit", "left"), ("NaN rows", "right"),
+                      ("Inf rows", "right"), ("zero rows", "right"), ("max |x|", "right"),
+                      ("worst cosine vs first", "right"), ("", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    for i, r in enumerate(doc["pairs"]):
+        used = ", ".join(p.removesuffix("ExecutionProvider") for p in (r.get("providers") or {}).get("used") or [])
+        if i == 0:
+            note = "reference" if r["status"] == "ran" else f"[yellow]{r['status']}[/]: {escape(r.get('reason') or '')}"
+        elif r.get("diverges"):
+            note = f"[bold red]diverges[/]: {escape(r['why'])}"
+        elif r.get("diverges") is None:
+            note = f"[yellow]{escape(r['why'])}[/]"
+        else:
+            note = "[green]agrees[/]"
+        cos = r.get("cosine_min_finite") if r.get("cosine_min_finite") is not None else r.get("cosine_min")
+        t.add_row(escape(r["label"]), used or "-", r.get("commit") or "-", _number(r.get("nan_rows"), "d"),
+                  _number(r.get("inf_rows"), "d"), _number(r.get("zero_rows"), "d"), _number(r.get("max_abs"), ".5g"),
+                  "" if i == 0 else _number(cos, ".6f"), note)
+    return t
+
+
+def reduction_summary(doc: dict) -> str:
+    """What `bisect reduce` kept, and how it was verified (rich markup)."""
+    good, bad = doc["pair"]
+    v, pos = doc["verified"]["verdicts"], doc["positions"]
+    lines = [f"rows {doc['rows']['before']} -> {doc['rows']['after']} (kept {doc['rows']['kept']}), "
+             f"nodes {doc['nodes']['before']} -> {doc['nodes']['after']}"
+             + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
+    if doc["nodes"]["kept"]:
+        lines.append("kept nodes: " + escape(", ".join(doc["nodes"]["kept"])))
+    lines.append(f"verified: {good} {verdict(v[good])}, {bad} {verdict(v[bad])}; {doc['probes']['made']} probes "
+                 f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
+def rows_summary(doc: dict) -> str:
+    """Which rows decided each probe of a fewest-rows search, and how the boundary was held to the full batch."""
+    lines = []
+    for s in doc["searches"]:
+        probes = ", ".join(f"{p['version']} {verdict(p['verdict'])}" for p in s["probes"])
+        lines.append(f"rows {s['rows']} of {doc['batch_rows']} ({s['status']}, run {s['run_id']}): {probes}")
+    held = doc.get("verified_on_full_batch")
+    if held:
+        lg, fb = held["last_good"], held["first_bad"]
+        groups = ", ".join(f"{len(g['rows'])} {verdict(g['verdict'])}" for g in lg["groups"])
+        lines.append(f"{lg['version']}: every row of the batch ({lg['rows']}) ran, in {len(lg['groups'])} probes of "
+                     f"similar length ({groups}); {fb['version']}: rows {fb['bad_rows']} of the batch are bad")
+        same = held["rows_independent"]
+        diffs = ", ".join(f"{k} {v:.3g}" for k, v in same["max_abs_diff"].items()) or "no output to compare"
+        lines.append(f"rows alone and among the batch at {lg['version']}: "
+                     + ("the same outputs" if same["same"] else f"largest difference {diffs}"))
+    if doc.get("fallback"):
+        lines.append(f"{escape(doc['fallback'])}: searched on the full batch")
+    return "\n".join(lines)
+
+
+# --- triage --------------------------------------------------------------------------------
+
+
+def options_table(doc: dict) -> Table:
+    t = Table(title=f"session options · onnxruntime {doc['version']} · {target_label(doc['provenance'])}",
+              title_justify="left")
+    for col in ("level", "mode", "threads", "switch", "verdict", "note"):
+        t.add_column(col)
+    for c in doc["combos"]:
+        note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
+        if c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
+            note = f"{c['nan_rows']} NaN rows of {c['rows']}"
+        t.add_row(c["level"], c["mode"], c["threads"], c["switch"], verdict(c["verdict"]), escape(note))
+    return t
+
+
+def mitigation_table(doc: dict) -> Table:
+    t = Table(title=f"fp32 island · {doc['model']} · {target_label(doc['provenance'])}", title_justify="left")
+    for col, just in (("release", "left"), ("original", "left"), ("patched", "left"), ("fp32 ref", "left"),
+                      ("min cosine", "right"), ("max |diff|", "right")):
+        t.add_column(col, justify=just)
+    for row in doc["releases"]:
+        d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
+        cells = [row["version"], *(verdict(row[key]) for key in ("original", "patched", "reference"))]
+        cells.append(f"{d['cosine_min']:.8f}" if d.get("cosine_min") is not None else "-")
+        cells.append(f"{d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "-")
+        t.add_row(*cells)
+    return t
+
+
+# --- traces and diffs ----------------------------------------------------------------------
+
+
+def _fmt(x, spec=".5g") -> str:
+    return "" if x is None else format(x, spec)
+
+
+def _interesting(result: TraceResult) -> set[str]:
+    keep = set(result.above_50)
+    resid = {r["node"] for r in result.residual}
+    for n in result.nodes:
+        if n.name in resid or any(t.nonfinite for t in n.outputs if t.available) or any(t.source == "model" for t in n.outputs):
+            keep.update(t.name for t in n.outputs)
+    return keep
+
+
+def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
+    """Summary lines and one row per tensor (by default only the interesting ones:
+    residual adds, past 50 % of fp16, non-finite, model outputs)."""
+    keep = None if all_nodes else _interesting(result)
+    t = Table(title=f"trace onnxruntime {result.version} ({result.verdict}: {result.reason})", title_justify="left")
+    for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
+                      ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
+                      ("", "left")):
+        t.add_column(col, justify=just, overflow="fold")
+    shown = 0
+    for i, n in enumerate(result.nodes):
+        for ts in n.outputs:
+            if keep is not None and ts.name not in keep:
+                continue
+            shown += 1
+            p = n.precision
+            how = n.op_type
+            if p is not None:
+                how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
+            style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
+            mark = "" if ts.available else ts.note or "unavailable"
+            if ts.nonfinite and ts.visibility != "seen":
+                mark = "observed only"
+            t.add_row(str(i), n.name, how, ts.name, ts.dtype, _fmt(ts.min), _fmt(ts.max), _fmt(ts.max_abs),
+                      "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
+                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", mark, style=style)
+    lines = [f"first non-finite (seen by a consumer): {result.first_nonfinite or 'none'}"
+             + (f" ({result.first_nonfinite_tensor})" if result.first_nonfinite else ""),
+             f"first non-finite (any, incl. observed only): {result.first_nonfinite_any or 'none'}",
+             f"fp16 tensors past 50 %: {len(result.above_50)}, past 90 %: {len(result.above_90)}"]
+    if result.residual:
+        lines.append("residual max |x| per layer: " + ", ".join(
+            f"{r['layer']}:" + (("Inf" if r["visibility"] == "seen" else "Inf (observed only)") if r["nonfinite"]
+                                else _fmt(r["max_abs"], ".3g")) for r in result.residual))
+    if result.unavailable:
+        lines.append(f"warning: {len(result.unavailable)} tensors could not be exposed (first: {result.unavailable[0]}); "
+                     "the first non-finite may be among them")
+    if result.perturbed:
+        lines.append("warning: a clean pass changed the model's outputs (observer effect): 'seen' values are suspect")
+    if keep is not None:
+        lines.append(f"{shown} of {sum(len(n.outputs) for n in result.nodes)} tensors shown")
+    return Group(t, Text("\n".join(lines)))
+
+
+def diff_table(result: DiffResult) -> Group:
+    """Precision changes, first divergences, the explanation."""
+    from harness.explain.diff import describe
+
+    t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
+    for col in ("node", "op", result.a, result.b):
+        t.add_column(col, overflow="fold")
+    for c in result.precision_changes:
+        t.add_row(c["node"], c["op_type"], describe(c["a"]), describe(c["b"]))
+    lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
+             f"({result.b_nan_rows} NaN rows of {result.rows})"]
+    for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
+                     ("first output beyond tolerance", result.first_divergent),
+                     ("first output not bit-identical", result.first_bits_differ)):
+        if d:
+            lines.append(f"{label}: {d['node']} ({d['tensor']})")
+    lines.append("")
+    lines.append(result.explanation)
+    return Group(t, Text("\n".join(lines)))
+
+
+# --- drift ---------------------------------------------------------------------------------
+
+
+def drift_table(rows: list, steps: list, title: str) -> Table:
+    """A run's graded numbers per release (`drift.rows`); a number where a step ends in yellow."""
+    stepped = {(s.to_version, s.metric) for s in steps}
+    t = Table(title=title, title_justify="left")
+    for col, just in (("release", "left"), ("verdict", "left"), ("max |x|", "right"), ("headroom", "right"),
+                      ("worst cosine", "right"), ("max rel diff", "right"), ("outputs changed", "left")):
+        t.add_column(col, justify=just)
+
+    def cell(row, metric: str, spec: str) -> str:
+        x = getattr(row, metric)
+        text = "-" if x is None else format(x, spec)
+        return f"[yellow]{text}[/]" if (row.version, metric) in stepped else text
+
+    for r in rows:
+        changed = {None: "-", True: "yes", False: "no"}[r.outputs_changed]
+        t.add_row(r.version, verdict(r.verdict),
+                  cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", ".8f"),
+                  cell(r, "rel_diff_max", ".3g"), changed)
+    return t
+
+
+def drift_steps(rows: list, steps: list, threshold: float) -> str:
+    """The steps `drift.steps` found, one line each, or that there is none (rich markup)."""
+    limit = f"{threshold * 100:g}%"
+    if not steps:
+        return f"no step above {limit} between {len(rows)} probed release{'s' if len(rows) != 1 else ''}"
+    lines = [f"{len(steps)} step{'s' if len(steps) != 1 else ''} above {limit}:"]
+    lines += [f"  {escape(s.description)}" for s in steps]
+    return "\n".join(lines)

@@ -1,0 +1,354 @@
+"""A paste-ready upstream report of a run (`bisect report RUN`): Markdown or JSON.
+
+Everything comes from the run's evidence (manifest.json, probes.jsonl,
+explanation.json, mitigation.json, and the options matrices of the same model,
+batch and target in the same results directory); what is missing is made:
+a diff of the boundary pair when --explain did not run, a probe of the newest
+release when the run did not reach it (appended to the run's probes.jsonl like
+any probe). The repro script (results/<run>/repro.py) needs only onnxruntime
+and numpy: the batch is embedded (base64 .npz), the model too when it is small,
+else referenced by path and sha256. It exits 0 when good, 1 when bad.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+from harness.models import registry as models
+from harness.releases import packages
+from harness.releases.versions import parse_version
+from harness.report import repro as repro_mod
+from harness.report.repro import SCRIPT
+from harness.results.store import EXPLANATION, REPORT, RunStore
+from harness.summary import build_of, compare_url
+from harness.verdicts import Predicate, parse_predicate
+
+
+def _predicate(manifest: dict) -> Predicate:
+    """The run's predicate (records made against a reference carry their comparison in their metrics)."""
+    return parse_predicate(manifest.get("predicate") or str(Predicate()))
+
+
+def _reference_label(manifest: dict) -> str:
+    return (manifest.get("reference") or {}).get("label") or "the reference"
+
+
+def _without_reference(predicate: Predicate) -> Predicate:
+    """What a repro script can judge by itself: the conditions that need no reference (else the default)."""
+    own = tuple(c for c in predicate.conditions if not c.needs_reference)
+    return Predicate(own) if own else Predicate()
+
+
+SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
+            "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
+            "error": "fails to load or run", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
+            "rel-diff": "outputs that differ from the reference"}
+
+
+def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
+          log=None) -> dict:
+    """The report as a JSON-able document (and repro.py written next to the run)."""
+    from harness.explain.boundary import explanation
+    from harness.plan import make_plan, spec_of_run
+    from harness.request import release_listing
+    from harness.session import boundary_in, judged_records, probe_releases
+    from harness.triage.mitigate import MITIGATION
+
+    log = log or (lambda msg: None)
+    run_dir = Path(run_dir)
+    store = RunStore(run_dir)
+    manifest = store.manifest()
+    predicate = _predicate(manifest)
+    recs = judged_records(store, predicate)
+    if not recs:
+        raise ValueError(f"{run_dir}: no probes recorded")
+    key = manifest["key"]
+    probed = sorted(recs, key=parse_version)
+    spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1])
+    from harness.releases.versions import Target
+
+    all_releases = release_listing(cache_dir, offline)
+
+    target = Target(key["arch"], key["python"])
+    installable = [r for r in all_releases if r.wheel_for(target)]
+    newest = installable[-1].version if installable else probed[-1]
+    plan = None
+
+    def get_plan(to: str):
+        nonlocal plan
+        if plan is None or plan.releases[-1].version != to:
+            plan = make_plan(dataclasses.replace(spec, to=to), command=["bisect", "report", str(run_dir)], log=log)
+        return plan
+
+    # newest release: still present?
+    if probe and newest not in recs:
+        log(f"probing the newest release, {newest}")
+        probe_releases(get_plan(newest), [newest])
+        recs = judged_records(store, predicate)
+    probed = sorted(recs, key=parse_version)
+    found = boundary_in(recs, all_releases)
+    last_good, first_bad, untested = found.last_good, found.first_bad, found.untested
+
+    # explanation
+    expl = store.document(EXPLANATION)
+    if expl is None and probe and last_good and first_bad:
+        expl = explanation(get_plan(probed[-1]), last_good, first_bad, log=log)
+
+    # options matrices and mitigation of the same model, batch and target
+    from harness.triage.options import find_summaries
+
+    match = {k: key.get(k) for k in ("model", "batch", "outputs", "arch", "backend", "cpu", "python")}
+    options = find_summaries(run_dir.parent, "options", match)
+    repeats = find_summaries(run_dir.parent, "repeat", match)
+    mitigation = store.document(MITIGATION)
+
+    env = environment(recs, key, first_bad or probed[-1], SCRIPT)
+    elsewhere = other_targets(run_dir, key, first_bad, predicate) if first_bad else []
+    where = where_it_reproduces(env, elsewhere, first_bad)
+    repro = write_repro(store, manifest, key, _without_reference(predicate), embed_limit, where)
+    commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
+    doc = {
+        "run_id": run_dir.name,
+        "model": {k: manifest["model"].get(k) for k in ("name", "source", "digest")},
+        "batch": {"digest": manifest["batch"]["digest"]},
+        "outputs": key.get("outputs"),
+        "session_options": key.get("session_options") or {},
+        "predicate": str(predicate),
+        "bad_means": predicate.words(_reference_label(manifest)),
+        "symptom": " or ".join(dict.fromkeys(SYMPTOMS[c.kind] for c in predicate.conditions)),
+        "environment": env,
+        "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
+                    "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows")}
+                   for v in probed],
+        "releases_in_range": [r.version for r in found.releases],
+        "last_good": last_good,
+        "first_bad": first_bad,
+        "untested_between": untested,
+        "monotone": found.monotone,
+        "newest": {"version": newest, "verdict": recs.get(newest, {}).get("verdict"), "why": recs.get(newest, {}).get("why")},
+        "commits": {"last_good": commits.get(last_good), "first_bad": commits.get(first_bad),
+                    "compare": compare_url(commits.get(last_good), commits.get(first_bad))} if first_bad else None,
+        "elsewhere": elsewhere,
+        "explanation": {k: v for k, v in expl.items() if k not in ("diff", "chart")} if expl else None,
+        "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
+                                           "verdicts_seen", "na_count")} for o in options],
+        "repeat": [{k: o.get(k) for k in ("version", "n", "verdict", "why")} for o in repeats],
+        "mitigation": ({k: mitigation.get(k) for k in ("message", "all_clean", "island", "culprits", "range",
+                                                       "worst_cosine", "worst_max_abs")}
+                       | {"patched_model": Path(mitigation["patched"]["path"]).name}) if mitigation else None,
+    }
+    doc["repro"] = repro
+    doc["repro_where"] = where
+    return doc
+
+
+def other_targets(run_dir: Path, key: dict, version: str, predicate: Predicate) -> list[dict]:
+    """Verdicts of `version` on the other targets that probed the same model and batch (next to this run)."""
+    from harness.session import judged_records
+
+    found = []
+    for other in sorted(Path(run_dir).parent.glob("*/")):
+        okey = (RunStore(other).manifest() or {}).get("key") or {}
+        if other.name == Path(run_dir).name or (okey.get("model"), okey.get("batch")) != (key.get("model"), key.get("batch")):
+            continue
+        rec = judged_records(RunStore(other), predicate).get(version)
+        if rec and rec["verdict"] in ("good", "bad") and okey.get("session_options") == key.get("session_options"):
+            found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
+                          "version": version, "verdict": rec["verdict"], "why": rec["why"]})
+    return found
+
+
+FP16_CPUS = ("Arm Neoverse N1/V1/V2 (AWS Graviton2-4, Ampere Altra, Google Axion), Cortex-A76 and later; "
+             "without it (e.g. Cortex-A72, Raspberry Pi 4) onnxruntime keeps fp16 arithmetic in fp32")
+
+
+def where_it_reproduces(env: dict, elsewhere: list[dict], first_bad: str | None) -> str:
+    """The platform the verdicts came from, how to get one, and what other targets showed: for the repro."""
+    flag = env.get("fp16_flag")
+    text = f"Linux {env['arch']}, {env['backend']}, CPU {env['cpu_model']}"
+    text += f", fp16 arithmetic ({flag})." if flag else ", no fp16 arithmetic flag."
+    if env["arch"] == "aarch64" and flag == "asimdhp":
+        text += f" Native Linux aarch64 CPUs with fp16 vector arithmetic should show it: {FP16_CPUS}."
+    for o in elsewhere:
+        cpu = f", CPU {o['cpu']}" if o.get("cpu") else ""
+        text += (f" On {o['arch']} ({o['backend']}{cpu}) the same batch is {o['verdict']} on {o['version']}"
+                 + (": that platform does not reproduce it." if o["verdict"] == "good" else "."))
+    if first_bad and not any(o["arch"] != env["arch"] for o in elsewhere):
+        text += " Other architectures were not checked."
+    return text
+
+
+def environment(recs: dict[str, dict], key: dict, version: str, script: str = SCRIPT) -> dict:
+    """The platform a probe of `version` ran on, and how to run `script` there again."""
+    from harness.runners import describe
+
+    rec = recs.get(version) or next(iter(recs.values()))
+    res = rec.get("result") or {}
+    prov = {"backend": key.get("backend"), **(rec.get("provenance") or {})}
+    cpu = res.get("cpu") or {}
+    ort = res.get("onnxruntime") or {}
+    ran = describe(prov, cpu.get("model"), version, script)
+    return {
+        "os": res.get("platform", "?"),
+        "arch": prov.get("arch", key.get("arch")),
+        "cpu_model": ran["cpu_model"],
+        "cpu_flags": cpu.get("flags") or [],
+        # the CPU's fp16 vector-arithmetic flag: what onnxruntime's aarch64 kernels key on
+        "fp16_flag": next((f for f in ("asimdhp", "avx512_fp16") if f in (cpu.get("flags") or [])), None),
+        "python": res.get("python", "?"),
+        "numpy": res.get("numpy", "?"),
+        "backend": ran["how"],
+        "reproduce": ran["reproduce"],
+        "execution_provider": packages.of_key(key).provider,
+        "requirement": packages.of_key(key).requirement(version),
+        "build_info": ort.get("build_info", ""),
+        "seen_in": version,
+    }
+
+
+# --- repro script --------------------------------------------------------------------------------
+
+
+def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
+    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit."""
+    from harness.results.store import REDUCED
+
+    reduced = RunStore(store.dir / REDUCED)
+    doc = reduced.document("reduce")
+    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
+        return None
+    model = (reduced.dir / doc["model"]["file"]).read_bytes()
+    inputs = repro_mod.load_npz(reduced.dir / doc["inputs"]["file"])
+    if len(model) + len(repro_mod.npz_b64(inputs)) * 3 // 4 > embed_limit:
+        return None
+    return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
+            "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
+
+
+def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
+    model_path = Path(manifest["model"]["path"])
+    data = model_path.read_bytes()
+    embedded = len(data) <= embed_limit and not manifest["model"].get("data_files")
+    hub = None
+    if manifest["model"].get("source") == "hub":
+        spec = models.registered()[manifest["model"]["name"]]
+        hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
+    return {"model": data if embedded else None, "sha256": hashlib.sha256(data).hexdigest(),
+            "file": model_path.name, "hub": hub, "inputs": repro_mod.load_npz(Path(manifest["batch"]["path"])),
+            "outputs": list(key.get("outputs") or [])}
+
+
+def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int,
+                where: str) -> dict:
+    reduced = _reduced_part(store, embed_limit)
+    full = _full_part(manifest, key, embed_limit)
+    package = packages.of_key(key)
+    title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
+    script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
+                              requirement=package.requirement("VERSION"),
+                              providers=package.providers_request(),
+                              session_options=key.get("session_options") or {},
+                              where=where, reduced=reduced, full=full)
+    store.save_file(SCRIPT, script)
+    return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
+            "model_sha256": full["sha256"], "hub": full["hub"],
+            "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
+            "script": script}
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def save(run_dir: Path, doc: dict) -> Path:
+    """The report's Markdown kept next to the run (its repro script is there already)."""
+    return RunStore(Path(run_dir)).save_file(REPORT, markdown(doc))
+
+
+def markdown(doc: dict) -> str:
+    env = doc["environment"]
+    lg, fb = doc["last_good"], doc["first_bad"]
+    package = (env.get("requirement") or "onnxruntime").split("==")[0].split("[")[0]
+    ep = env.get("execution_provider") or "CPUExecutionProvider"
+    on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
+    title = (f"{doc['model']['name']}: {doc['symptom']} on {on} since {package} {fb} "
+             f"(last good {lg})") if fb else f"{doc['model']['name']}: {package} verdicts on {on}"
+    L = [f"## {title}", ""]
+    L += ["### Describe the bug", ""]
+    if fb:
+        L.append(f"Running `{doc['model']['name']}` through the CPU execution provider gives "
+                 f"{'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else doc['symptom']} from onnxruntime "
+                 f"**{fb}** on; **{lg}** is the last good release (bisected over the releases "
+                 f"{doc['releases_in_range'][0]}..{doc['releases_in_range'][-1]} with ortbisect, one fresh process per probe).")
+        L.append(f"A release counts as bad when {doc['bad_means']} (`--bad-if {doc['predicate']}`).")
+        if doc["untested_between"]:
+            L.append(f"Releases between them that could not be tested: {', '.join(doc['untested_between'])}.")
+    else:
+        L.append("No good-to-bad boundary in the probed releases.")
+    nv = doc["newest"]
+    if nv.get("verdict"):
+        still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
+        L.append(f"\nIt is {still} in the newest release, {nv['version']} ({nv['why']}).")
+    L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
+    for p in doc["probes"]:
+        mark = f"**{p['verdict']}**" if p["version"] in (lg, fb) else p["verdict"]
+        L.append(f"| {p['version']} | {mark} | {p['nan_rows'] or 0} | {p['inf_rows'] or 0} | {p['rows'] or 0} |")
+    L += ["", f"Last good: **{lg}**, first bad: **{fb}**." if fb else "", ""]
+    if doc.get("commits") and doc["commits"]["last_good"]:
+        c = doc["commits"]
+        L += ["### Commit range", "", f"Built from `{c['last_good']}` ({lg}, good) .. `{c['first_bad']}` ({fb}, bad), "
+              "as `onnxruntime.get_build_info()` reports them: " + (c["compare"] or ""), ""]
+    if doc["explanation"]:
+        L += ["### What changed", "", doc["explanation"]["text"], ""]
+        if doc["explanation"].get("suspect"):
+            L += [f"Suspect node: `{doc['explanation']['suspect']}`.", ""]
+    if doc["options"]:
+        L += ["### Session options", ""]
+        for o in doc["options"]:
+            L.append(f"- {o['message']}")
+        L.append("")
+    if doc["repeat"]:
+        L += ["### Determinism", ""]
+        for r in doc["repeat"]:
+            L.append(f"- onnxruntime {r['version']}, {r['n']} identical runs in fresh processes: {r['verdict']} ({r['why']}).")
+        L.append("")
+    if doc["mitigation"]:
+        m = doc["mitigation"]
+        L += ["### Workaround", "", m["message"],
+              f"Patched model (nodes kept in fp32 with Cast in / Cast out): `{m['patched_model']}`.", ""]
+    r = doc["repro"]
+    version = fb or doc["probes"][-1]["version"]
+    L += ["### To reproduce", "", f"Where: {doc['repro_where']}", ""]
+    if r["reduced"]:
+        red = r["reduced"]
+        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {red['nodes']} of the model's {red['of']} nodes "
+                 f"(original node names kept) on {red['rows']} row(s), checked good on {red['pair'][0]} and bad on "
+                 f"{red['pair'][1]} on the platform above. Only onnxruntime and numpy are needed:")
+    else:
+        L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+    full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
+            "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
+            if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model (sha256 {r['model_sha256'][:16]}...)")
+    L += ["", "```", f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
+    if r["reduced"]:
+        L.append("python repro.py                 # the reduced model")
+    L += [full, "```", ""]
+    if env.get("reproduce"):
+        L += [f"On the platform where ortbisect saw it ({env['backend']}):", "", "```", env["reproduce"], "```", ""]
+    L += ["<details><summary>repro.py</summary>", "", "```python", doc["repro"]["script"].rstrip(), "```", "",
+          "</details>", ""]
+    L += ["### System information", "", "| | |", "|---|---|"]
+    rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
+            ("CPU flags", " ".join(env["cpu_flags"]) or "?"),
+            ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"),
+            ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{lg} (good), {fb} (bad)" if fb else "?"),
+            ("Execution provider", env["execution_provider"]), ("How it ran", env["backend"]),
+            ("Session options", json.dumps(doc["session_options"]) if doc["session_options"] else "defaults")]
+    for k, v in rows:
+        L.append(f"| {k} | {str(v).replace('|', '/')} |")
+    if env.get("build_info"):
+        L.append(f"| Build info ({env['seen_in']}) | {env['build_info'].replace('|', '/')} |")
+    L += ["", f"<sub>Generated by ortbisect (run {doc['run_id']}).</sub>", ""]
+    return "\n".join(L)

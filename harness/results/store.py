@@ -1,0 +1,366 @@
+"""The results store: one directory per run, every probe written the moment it ends.
+
+    results/<run-id>/manifest.json   what was run: command, digests, platform
+    results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
+    results/<run-id>/quarantine.jsonl  lines set aside by `merge --quarantine` (not probe records)
+    results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
+    results/<run-id>/cells/          the latest summary of each search over this run
+    results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
+    results/<run-id>/explanation.json  what changed at the boundary (trace diff, suspect node)
+    results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
+    results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
+    results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
+
+Only this module decides where those files go; the rest asks the store.
+
+A line of probes.jsonl that is not a probe record is never passed over in
+silence: `records()` refuses it (HarnessError naming the file and the line),
+`read()` hands it to the caller to judge (merge sets it aside, the dashboard
+leaves the run out). The one expected damage is a last line cut off mid-write
+(a crash, a full disk), with no newline: it is reported once (TornLineWarning)
+and cut off by the next append; a last line that is a whole record and lacks
+only its newline is a record.
+
+The run id is derived from what decides a probe's outcome (model and batch
+digests, target, backend, session options), so running the same command
+again, or another range over the same model, reuses every finished probe.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import sys
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from harness import __version__
+from harness.errors import HarnessError, UsageError
+
+MANIFEST = "manifest.json"
+PROBES = "probes.jsonl"
+QUARANTINE = "quarantine.jsonl"
+EXPLANATION = "explanation"
+REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
+REPRO = "repro.py"  # the report's repro script
+OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
+CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
+TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
+REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
+WORK = "work"  # a probe's scratch space, removed when it ends
+SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
+SIDE_FILES = (REPORT, REPRO)  # remade from the whole evidence: merge keeps the newer copy (mtime)
+
+
+def read_manifest(run_dir: Path) -> dict:
+    """A run directory's manifest, refused (UsageError) when unreadable or without a run key."""
+    try:
+        doc = json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{run_dir}: unreadable {MANIFEST} ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("key"), dict):
+        raise UsageError(f"{run_dir}: {MANIFEST} has no run key; not a results directory")
+    return doc
+
+
+def run_id_for(name: str, key: dict) -> str:
+    """model-arch-digest; a key that names a package or provider other than the default (harness.releases.packages)
+    also names them: model-package-ep-arch-digest."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:10]
+    package = f"{key['package']}-{key.get('ep', 'cpu')}-" if key.get("package") else ""
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{name}-{package}")
+    return f"{safe}{key.get('arch', 'any')}-{digest}"
+
+
+def write_atomic(path: Path, content: str | bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb" if isinstance(content, bytes) else "w") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class TornLineWarning(UserWarning):
+    """probes.jsonl ends in a line cut off mid-write: left out, said once."""
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A line of probes.jsonl that is not a probe record."""
+
+    path: Path
+    line: int  # 1-based
+    raw: str  # the line's text; bytes that are not UTF-8 kept as surrogate escapes
+    why: str
+    torn: bool = False  # the last line, with no newline: a write cut off
+
+    def entry(self) -> dict:
+        """What the quarantine file keeps of it."""
+        return {"source": str(self.path), "line": self.line, "raw": self.raw, "why": self.why, "torn": self.torn}
+
+    def __str__(self) -> str:
+        return f"{self.path} line {self.line}: {self.why}"
+
+
+@dataclass
+class Evidence:
+    """Everything probes.jsonl holds: its records, and the lines that are not records."""
+
+    path: Path
+    records: list[dict] = field(default_factory=list)
+    corrupt: list[BadLine] = field(default_factory=list)  # complete lines (newline-terminated)
+    torn: BadLine | None = None  # the last line, cut off mid-write
+
+    @property
+    def bad(self) -> list[BadLine]:
+        return self.corrupt + ([self.torn] if self.torn else [])
+
+
+_reported_torn: set[tuple[str, int]] = set()
+
+
+@dataclass
+class RunStore:
+    dir: Path
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    @classmethod
+    def open(cls, root: Path, run_id: str, key: dict, info: dict, command: list[str]) -> "RunStore":
+        """Create the run directory, or reopen it if `key` matches what it was made for."""
+        store = cls(root / run_id)
+        try:
+            store.dir.mkdir(parents=True, exist_ok=True)
+            (store.dir / "outputs").mkdir(exist_ok=True)
+            manifest = store.manifest()
+            if manifest and manifest["key"] != key:
+                raise UsageError(f"results {store.dir} were made for another model, batch or target; use another --results-dir")
+            manifest = manifest or {
+                "run_id": run_id,
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "harness_version": __version__,
+                "key": key,
+                "host": {"platform": platform.platform(), "machine": platform.machine(), "python": sys.version.split()[0]},
+                "commands": [],
+            }
+            manifest.update(info)
+            manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
+        except OSError as exc:
+            raise UsageError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
+        return store
+
+    def manifest(self) -> dict | None:
+        try:
+            return read_manifest(self.dir)
+        except UsageError:
+            return None
+
+    def append(self, record: dict) -> None:
+        """Append one probe as a single write, flushed to disk before returning.
+
+        A last line torn by an earlier failure (a full disk, a crash mid-write)
+        is cut off first, so it can never swallow the record written after it;
+        a last line that is a whole record lacking only its newline gets it. If
+        this write fails, what it wrote is taken back (when it is still the end
+        of the file: another run appending to the same file is never cut).
+        """
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            _settle_tail(fd)
+            written = 0
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(28, os.strerror(28))
+                os.fsync(fd)
+            except OSError:
+                size = os.fstat(fd).st_size
+                if written and size >= written and os.pread(fd, written, size - written) == line[:written]:
+                    os.ftruncate(fd, size - written)
+                raise
+        finally:
+            os.close(fd)
+
+    def read(self) -> Evidence:
+        """probes.jsonl as it is: the records, and every line that is not one (for the caller to judge)."""
+        path = self.dir / PROBES
+        ev = Evidence(path)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return ev
+        except OSError as exc:
+            raise HarnessError(f"cannot read {path}: {exc.strerror or exc}") from None
+        lines = data.split(b"\n")
+        last = lines.pop()  # b"" when the file ends with a newline
+        for n, raw in enumerate(lines, 1):
+            if not raw.strip():
+                continue  # an empty line holds nothing
+            rec, why = _parse(raw)
+            if why:
+                ev.corrupt.append(BadLine(path, n, raw.decode("utf-8", "surrogateescape"), why))
+            else:
+                ev.records.append(rec)
+        if last:
+            rec, why = _parse(last)
+            if why:
+                ev.torn = BadLine(path, len(lines) + 1, last.decode("utf-8", "surrogateescape"),
+                                  f"cut off mid-write ({len(last)} bytes, no newline; {why})", torn=True)
+            else:
+                ev.records.append(rec)  # a whole record that lacks only its newline
+        return ev
+
+    def records(self) -> list[dict]:
+        """Every probe record, in file order.
+
+        A complete line that is not a record stops the reader (HarnessError naming
+        the file and the line); a last line cut off mid-write is left out and
+        reported once (TornLineWarning), since resuming after a crash must work.
+        """
+        ev = self.read()
+        if ev.corrupt:
+            bad = ev.corrupt[0]
+            more = f" (and {len(ev.corrupt) - 1} more)" if len(ev.corrupt) > 1 else ""
+            raise HarnessError(f"{bad}{more}; a record that cannot be read is not skipped: set it aside with "
+                               f"`bisect merge {self.dir.parent} {self.dir} --quarantine`")
+        if ev.torn and (str(ev.path), len(ev.torn.raw)) not in _reported_torn:
+            _reported_torn.add((str(ev.path), len(ev.torn.raw)))
+            warnings.warn(TornLineWarning(f"{ev.torn}: left out; the next probe recorded cuts it off"), stacklevel=2)
+        return ev.records
+
+    def set_aside(self, bad: list[BadLine]) -> int:
+        """Keep lines that are not records in quarantine.jsonl (once each); how many were new."""
+        path = self.dir / QUARANTINE
+        try:
+            have = {json.dumps(json.loads(x), sort_keys=True) for x in path.read_text().splitlines() if x.strip()}
+        except FileNotFoundError:
+            have = set()
+        except (OSError, ValueError) as exc:
+            raise HarnessError(f"cannot read {path}: {exc}") from None
+        new = [e for e in (json.dumps(b.entry(), sort_keys=True) for b in bad) if e not in have]
+        if new:
+            with open(path, "a") as f:
+                f.write("".join(e + "\n" for e in dict.fromkeys(new)))
+                f.flush()
+                os.fsync(f.fileno())
+        return len(dict.fromkeys(new))
+
+    def drop_unreadable(self, ev: Evidence) -> None:
+        """Rewrite probes.jsonl without the lines of `ev.bad` (set them aside first): only for `--quarantine`."""
+        drop = {b.line: b.raw for b in ev.bad}
+        lines = ev.path.read_bytes().split(b"\n")
+        if lines[-1] == b"":
+            lines.pop()
+        kept = [x + b"\n" for n, x in enumerate(lines, 1) if drop.get(n) != x.decode("utf-8", "surrogateescape")]
+        write_atomic(ev.path, b"".join(kept))
+
+    def save_summary(self, key: str, doc: dict) -> Path:
+        """The latest summary of one search over this run (a matrix cell, or a `bisect run`)."""
+        path = self.dir / CELLS / f"{key}.json"
+        path.parent.mkdir(exist_ok=True)
+        write_atomic(path, json.dumps(doc, indent=1))
+        return path
+
+    def outputs_path(self, version: str, series: str | None = None) -> Path:
+        """The saved outputs of one probe (`series` tells apart several probes of one release)."""
+        return self.dir / OUTPUTS / (f"{version}-{series}.npz" if series else f"{version}.npz")
+
+    def outputs(self, version: str, series: str | None = None) -> dict | None:
+        """The saved outputs of one probe as arrays by name, or None when none were saved."""
+        return load_outputs(self.outputs_path(version, series))
+
+    def work_dir(self, name: str) -> Path:
+        """Scratch space of one probe, removed by the probe when it ends."""
+        return self.dir / WORK / name
+
+    def subdir(self, name: str) -> Path:
+        """A directory of files one step makes for this run (traces, a patched model...)."""
+        path = self.dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def save_document(self, name: str, doc: dict) -> Path:
+        """A JSON document next to the probes (explanation, options, repeat, mitigation)."""
+        path = self.dir / f"{name}.json"
+        write_atomic(path, json.dumps(doc, indent=1))
+        return path
+
+    def save_file(self, name: str, content: str | bytes) -> Path:
+        """A file made for this run (the repro script, a reduced model)."""
+        path = self.dir / name
+        write_atomic(path, content)
+        return path
+
+    def chart_path(self, name: str) -> Path:
+        """Where a chart of the whole run goes (drift.svg); the caller draws it."""
+        return self.dir / name
+
+    def document(self, name: str) -> dict | None:
+        try:
+            return json.loads((self.dir / f"{name}.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def discard_if_unused(self) -> None:
+        """Remove a run directory that this command opened and nothing was written into."""
+        manifest = self.manifest() or {}
+        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, OUTPUTS) for p in self.dir.iterdir()):
+            return
+        try:
+            (self.dir / MANIFEST).unlink()
+            (self.dir / "outputs").rmdir()
+            self.dir.rmdir()
+        except OSError:
+            pass
+
+
+def _parse(raw: bytes) -> tuple[dict | None, str | None]:
+    """(record, None), or (None, why the line is not a probe record)."""
+    try:
+        rec = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return None, "not UTF-8 text"
+    except ValueError as exc:
+        return None, f"not JSON ({exc})"
+    if not isinstance(rec, dict) or not isinstance(rec.get("version"), str) or not isinstance(rec.get("status"), str):
+        return None, "not a probe record (JSON without a version and a status)"
+    return rec, None
+
+
+def _settle_tail(fd: int) -> None:
+    """Make the file end with a newline: complete a last line that is a whole record, cut off a torn one."""
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    cut, pos = 0, size
+    while pos > 0:  # the start of the last line
+        start = max(0, pos - (1 << 16))
+        i = os.pread(fd, pos - start, start).rfind(b"\n")
+        if i >= 0:
+            cut = start + i + 1
+            break
+        pos = start
+    if _parse(os.pread(fd, size - cut, cut))[1] is None:
+        if os.write(fd, b"\n") != 1:
+            raise OSError(28, os.strerror(28))
+    else:
+        os.ftruncate(fd, cut)
+
+
+def load_outputs(path: Path) -> dict | None:
+    """Arrays by name from a saved outputs .npz, or None when there is no such file."""
+    import numpy as np  # here, not at import: readers of history alone need no numpy
+
+    if not path.exists():
+        return None
+    with np.load(path) as data:
+        return {k: data[k] for k in data.files}

@@ -1,0 +1,425 @@
+"""Shrink a regression to a repro a maintainer can run in seconds: fewest rows, fewest nodes.
+
+Given a run's boundary (last good L, first bad B, same target and options),
+every candidate is judged by probing it on BOTH releases: it is kept only if
+it is still good on L and bad on B. Nothing about onnxruntime's numerics is
+assumed, because exposing or feeding intermediate tensors changes what it
+computes (an fp16 tensor an fp32 island kept finite reads Inf once exposed).
+
+1. Rows: the rows B's saved outputs show as bad are tried one at a time,
+   then delta debugging (`ddmin`) over all rows; token inputs are trimmed to
+   the longest kept row (attention_mask).
+2. Nodes, in the spirit of Polygraphy's `debug reduce`, over the topological
+   order: the output moves to the earliest node whose output still flips
+   (bisection, then a linear finish), the inputs move to the latest cut that
+   still flips, every tensor crossing the cut fed with values captured on L.
+   Original node names, opset and domains are kept.
+
+Every probe is recorded in results/<run>/reduced/probes.jsonl under the
+digest of its candidate, so a reduction that stops resumes without repeating
+one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+
+from harness.graphs import surgery
+from harness.graphs.subgraph import Graph, model_bytes, needed
+from harness.models.inputs import MASK_INPUT, bad_rows, take_rows
+from harness.probe import ProbeJob, run_probe
+from harness.results.store import REDUCED, WORK, RunStore
+from harness.verdicts import judge
+
+# --- pure search helpers -------------------------------------------------------------------------
+
+
+def ddmin(items: list, still_fails: Callable[[list], bool]) -> list:
+    """Zeller's delta debugging: a 1-minimal sublist of `items` for which `still_fails` holds.
+
+    `items` itself must fail. Subsets are tried before complements, so a
+    single failing item is found in about log2(len) steps.
+    """
+    n = 2
+    while len(items) >= 2:
+        size = len(items)
+        chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
+        chunks = [c for c in chunks if c]
+        for chunk in chunks:
+            if still_fails(chunk):
+                items, n = chunk, 2
+                break
+        else:
+            for chunk in chunks:
+                rest = [x for x in items if x not in chunk]
+                if len(chunks) > 2 and still_fails(rest):
+                    items, n = rest, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(items):
+                    return items
+                n = min(len(items), 2 * n)
+    return items
+
+
+def first_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
+    """The smallest i in [lo, hi] where `holds` is true, given holds(hi); bisection (monotone assumed)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if holds(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return hi
+
+
+def last_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
+    """The largest i in [lo, hi] where `holds` is true, given holds(lo); bisection (monotone assumed)."""
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if holds(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def take_positions(arrays: dict[str, np.ndarray], positions: list[int], length: int) -> dict[str, np.ndarray]:
+    """Every array whose axis 1 has `length` entries, cut to `positions` on that axis (tokens of a sequence)."""
+    return {k: np.ascontiguousarray(v[:, positions]) if v.ndim >= 2 and v.shape[1] == length else v
+            for k, v in arrays.items()}
+
+
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    return buf.getvalue()
+
+
+def digest(*parts: bytes) -> str:
+    h = hashlib.sha256()
+    for p in parts:
+        h.update(hashlib.sha256(p).digest())
+    return h.hexdigest()[:16]
+
+
+# --- judging candidates on both releases ---------------------------------------------------------
+
+
+@dataclass
+class Checker:
+    """Judge candidates on the boundary pair: a flip is good on L and bad on B. Every probe is recorded."""
+
+    plan: object  # harness.plan.Plan of the run (runner, job options, predicate)
+    good: object  # Release
+    bad: object  # Release
+    store: RunStore
+    log: Callable[[str], None] = lambda msg: None
+    probes: int = 0  # made now
+    reused: int = 0
+    seconds: float = 0.0
+    _done: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._files = self.store.subdir("candidates")
+        for rec in self.store.records():
+            if rec.get("candidate"):
+                self._done[(rec["candidate"], rec["version"])] = rec
+
+    def write(self, model: onnx.ModelProto | Path, arrays: dict[str, np.ndarray]) -> tuple[str, Path, Path]:
+        """(candidate id, model path, inputs path); a Path model is the original file, used as it is."""
+        data = npz_bytes(arrays)
+        if isinstance(model, Path):
+            cid = digest(str(model).encode(), data)
+            model_path = model
+        else:
+            raw = model_bytes(model)
+            cid = digest(raw, data)
+            model_path = self._files / f"{cid}.onnx"
+            if not model_path.exists():
+                model_path.write_bytes(raw)
+        inputs_path = self._files / f"{cid}.npz"
+        if not inputs_path.exists():
+            inputs_path.write_bytes(data)
+        return cid, model_path, inputs_path
+
+    def verdicts(self, model, arrays, outputs: tuple[str, ...] = ()) -> dict[str, str]:
+        cid, model_path, inputs_path = self.write(model, arrays)
+        job = ProbeJob(model_path, inputs_path, outputs, self.plan.job.session_options, self.plan.job.timeout)
+
+        def one(release):
+            rec = self._done.get((cid, release.version))
+            if rec is not None:
+                self.reused += 1
+                return release.version, judge(rec, self.plan.predicate)["verdict"]
+            rec = run_probe(self.plan.runner, release, job, self.store.work_dir(f"{cid}-{release.version}"), None)
+            rec["candidate"] = cid
+            self.store.append(rec)
+            self._done[(cid, release.version)] = rec
+            self.probes += 1
+            self.seconds += rec.get("seconds") or 0.0
+            return release.version, judge(rec, self.plan.predicate)["verdict"]
+
+        with ThreadPoolExecutor(2) as pool:
+            return dict(pool.map(one, (self.good, self.bad)))
+
+    def known(self, model: Path, arrays: dict[str, np.ndarray], records: dict[str, dict]) -> None:
+        """Take the run's own probes of the unreduced model and batch (its search just made them, with the
+        same job) as this candidate's: the first check that the full model flips probes nothing again."""
+        cid, _, _ = self.write(model, arrays)
+        for release in (self.good, self.bad):
+            rec = records.get(release.version)
+            if rec is not None and rec.get("status") != "skip":
+                self._done.setdefault((cid, release.version), rec)
+
+    def flips(self, model, arrays, outputs: tuple[str, ...] = ()) -> bool:
+        v = self.verdicts(model, arrays, outputs)
+        return v[self.good.version] == "good" and v[self.bad.version] == "bad"
+
+    def capture(self, model_path: Path, arrays: dict[str, np.ndarray], names: list[str],
+                infos: list[surgery.TensorInfo]) -> dict[str, np.ndarray] | None:
+        """Values of `names` on L, from a copy of the model that exposes them (None if that fails)."""
+        cid = digest(str(model_path).encode(), npz_bytes(arrays), "\0".join(names).encode())
+        saved = self.store.outputs_path(self.good.version, f"capture-{cid}")
+        if not saved.exists():
+            _, _, inputs_path = self.write(model_path, arrays)
+            exposed = surgery.expose(model_path, names, self._files / f"exposed-{cid}", infos)
+            job = ProbeJob(exposed, inputs_path, tuple(names), self.plan.job.session_options, self.plan.job.timeout)
+            rec = run_probe(self.plan.runner, self.good, job, self.store.work_dir(f"capture-{cid}"), saved)
+            rec["capture"] = cid
+            self.store.append(rec)
+            self.probes += 1
+            if rec["status"] != "ran" or not saved.exists():
+                return None
+        with np.load(saved) as data:
+            return {k: data[k] for k in data.files}
+
+
+# --- the reduction -------------------------------------------------------------------------------
+
+
+def reduce_rows(checker: Checker, model: Path, arrays: dict[str, np.ndarray], hints: list[int],
+                outputs: tuple[str, ...] = ()) -> list[int]:
+    """The fewest rows that still flip: B's bad rows alone first, then ddmin over every row."""
+    rows = list(range(next(iter(arrays.values())).shape[0]))
+
+    def flips(subset: list[int]) -> bool:
+        return checker.flips(model, take_rows(arrays, sorted(subset)), outputs)
+
+    for r in hints:
+        checker.log(f"rows: trying row {r} alone")
+        if flips([r]):
+            return [r]
+    checker.log(f"rows: delta debugging over {len(rows)} rows")
+    return sorted(ddmin(rows, flips))
+
+
+def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[str, np.ndarray],
+                 target: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
+    """The smallest subgraph (and its inputs) that still flips, or None when no cut does.
+
+    Output candidates are the float tensors `target` (the checked model output)
+    depends on. After the output and input cuts, whole branches are pruned
+    (an MLP, an attention block) by feeding the tensor they make, largest first.
+    """
+    candidates = [i for i in graph.ancestors(target) if graph.float_output(i)]
+    if not candidates:
+        return None
+
+    def out_flips(k: int) -> bool:
+        out = graph.float_output(candidates[k])
+        return checker.flips(graph.sub(graph.ancestors(out), out), arrays)
+
+    last = len(candidates) - 1
+    if not out_flips(last):
+        return None
+    checker.log(f"nodes: moving the output earlier over {len(candidates)} candidate tensors")
+    output = graph.float_output(candidates[first_true(0, last, out_flips)])
+    upstream = graph.ancestors(output)
+    results: dict[tuple, tuple] = {}
+
+    def attempt(keep: list[int]) -> bool:
+        """Does the subgraph of `keep` flip, fed on its cut with values captured on L?"""
+        key = tuple(keep)
+        if key in results:
+            return results[key] is not None
+        crossing = graph.crossing(keep)
+        fed = {t: arrays[t] for t in crossing if t in arrays}
+        inner = [t for t in crossing if t not in arrays]
+        if inner:
+            values = checker.capture(model_path, arrays, inner, [graph.infos[t] for t in inner])
+            if values is None or any(t not in values for t in inner):
+                results[key] = None
+                return False
+            fed.update({t: values[t] for t in inner})
+        candidate = (graph.sub(keep, output), fed)
+        results[key] = candidate if checker.flips(*candidate) else None
+        return results[key] is not None
+
+    def from_start(j: int) -> list[int]:
+        return [i for i in upstream if i >= upstream[j]]
+
+    checker.log(f"nodes: moving the inputs later over {len(upstream)} cuts")
+    if not attempt(from_start(0)):
+        return None
+    j = last_true(0, len(upstream) - 1, lambda j: attempt(from_start(j)))
+    # the linear finish: one inner tensor fed at a time, whole branches first, then single nodes
+    keep = prune_branches(graph, from_start(j), output, attempt, checker.log)
+    return results[tuple(keep)]
+
+
+def prune_branches(graph: Graph, keep: list[int], output: str, attempt: Callable[[list[int]], bool],
+                   log=lambda msg: None) -> list[int]:
+    """Feed one inner tensor at a time, dropping the branch that made it, largest branch first."""
+    tried: set[str] = set()
+    while True:
+        inner = {t for i in keep for t in graph.nodes[i].input if t and graph.producer.get(t) in set(keep)}
+        options = sorted(((len(keep) - len(needed(graph, keep, output, {t})), t) for t in inner - tried), reverse=True)
+        options = [(gain, t) for gain, t in options if gain > 0]
+        if not options:
+            return keep
+        gain, t = options[0]
+        tried.add(t)
+        trial = needed(graph, keep, output, {t})
+        if attempt(trial):
+            log(f"nodes: fed {t}, {len(trial)} nodes left")
+            keep = trial
+
+
+def sequence_length(arrays: dict[str, np.ndarray]) -> int | None:
+    lengths = {v.shape[1] for v in arrays.values() if v.ndim >= 2}
+    return lengths.pop() if len(lengths) == 1 else None
+
+
+def reduce_positions(checker: Checker, model: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Fewest sequence positions (axis 1, shared by the inputs) that still flip: ddmin, each subset verified."""
+    length = sequence_length(arrays)
+    if length is None or length < 2:
+        return arrays
+    checker.log(f"positions: delta debugging over {length} positions")
+    kept = ddmin(list(range(length)), lambda pos: checker.flips(model, take_positions(arrays, sorted(pos), length)))
+    return take_positions(arrays, sorted(kept), length)
+
+
+def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict[str, np.ndarray] | None,
+               store: RunStore, log=lambda msg: None, nodes: bool = True, known: dict[str, dict] | None = None) -> dict:
+    """Rows, then nodes; the result verified once more on both releases and written to the store.
+
+    `known`: the run's own records of `good` and `bad` (version -> record) for this very job, reused as the
+    full model's verdicts instead of probing it again."""
+    t0 = time.perf_counter()
+    checker = Checker(plan, good, bad, store, log)
+    model_path = Path(plan.job.model)
+    outputs = tuple(plan.job.outputs)
+    n_rows = next(iter(arrays.values())).shape[0]
+    if known:
+        checker.known(model_path, arrays, known)
+    if not checker.flips(model_path, arrays, outputs):
+        raise ValueError(f"the full model does not flip between {good.version} and {bad.version} on this target")
+    hints = bad_rows(bad_outputs or {}, list(outputs) or None)
+    rows = reduce_rows(checker, model_path, arrays, hints, outputs)
+    kept = take_rows(arrays, rows)
+    graph = Graph.load(model_path)
+    reduced_model, reduced_inputs = None, kept
+    positions = {"before": None, "after": None}
+    if nodes:
+        target = outputs[0] if outputs else graph.model.graph.output[0].name
+        found = reduce_nodes(checker, graph, model_path, kept, target)
+        if found is not None:
+            reduced_model, reduced_inputs = found
+            if MASK_INPUT in arrays:  # token inputs: axis 1 of the fed tensors is the sequence
+                positions["before"] = sequence_length(reduced_inputs)
+                reduced_inputs = reduce_positions(checker, reduced_model, reduced_inputs)
+                positions["after"] = sequence_length(reduced_inputs)
+    final = reduced_model if reduced_model is not None else model_path
+    verdicts = checker.verdicts(final, reduced_inputs, () if reduced_model is not None else outputs)
+    flips = verdicts[good.version] == "good" and verdicts[bad.version] == "bad"
+    model_file = store.save_file("model.onnx", model_bytes(reduced_model)) if reduced_model is not None else None
+    inputs_file = store.save_file("inputs.npz", npz_bytes(reduced_inputs))
+    doc = {
+        "kind": "reduce",
+        "pair": [good.version, bad.version],
+        "rows": {"before": n_rows, "after": len(rows), "kept": rows},
+        "positions": positions,
+        "nodes": {"before": len(graph.nodes),
+                  "after": len(reduced_model.graph.node) if reduced_model is not None else len(graph.nodes),
+                  "kept": [n.name for n in reduced_model.graph.node] if reduced_model is not None else None},
+        "model": {"file": model_file.name if model_file else None, "bytes": model_file.stat().st_size if model_file else None,
+                  "inputs": [i.name for i in reduced_model.graph.input] if reduced_model is not None else None,
+                  "outputs": [o.name for o in reduced_model.graph.output] if reduced_model is not None else list(outputs)},
+        "inputs": {"file": inputs_file.name, "bytes": inputs_file.stat().st_size},
+        "verified": {"verdicts": verdicts, "flips": flips},
+        "probes": {"made": checker.probes, "reused": checker.reused, "probe_seconds": round(checker.seconds, 3)},
+        "seconds": round(time.perf_counter() - t0, 3),
+        "provenance": plan.runner.provenance(),
+    }
+    store.save_document("reduce", doc)
+    for scratch in ("candidates", WORK):  # the records keep the evidence
+        shutil.rmtree(store.dir / scratch, ignore_errors=True)
+    return doc
+
+
+def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=lambda msg: None,
+                     nodes: bool = True, command: list[str] | None = None) -> dict:
+    """Reduce the boundary a run found (results/<run>/reduced/); the run's own target and options.
+
+    Every candidate runs on the same two releases: their workers serve one candidate after another
+    (under emulation a worker's start is most of a tiny model's probe).
+    """
+    from harness.runners import reusing_workers
+
+    with reusing_workers():
+        return _reduce_saved_run(run_dir, cache_dir, offline, log, nodes, command)
+
+
+def _reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool, log, nodes: bool,
+                      command: list[str] | None) -> dict:
+    import dataclasses
+
+    from harness.errors import UsageError
+    from harness.models.inputs import load_npz
+    from harness.plan import make_plan, spec_of_run
+    from harness.request import release_listing
+    from harness.results.history import latest_by_version, own_records
+    from harness.session import boundary_in, judged_records
+    from harness.verdicts import parse_predicate
+
+    run_dir = Path(run_dir)
+    store = RunStore(run_dir)
+    manifest = store.manifest() or {}
+    predicate = parse_predicate(manifest.get("predicate") or "nan-or-inf")
+    if predicate.needs_reference:
+        raise UsageError(f"{run_dir.name}: its predicate {predicate} needs a reference file; reduce judges by the "
+                         "outputs alone (nan-or-inf, nan, zero-rows, max-abs)")
+    records = judged_records(store, predicate)
+    if not records:
+        raise UsageError(f"{run_dir.name}: no probes recorded, nothing to reduce")
+    found = boundary_in(records, release_listing(cache_dir, offline))
+    if not found.first_bad:
+        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to reduce between")
+    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad)
+    plan = make_plan(dataclasses.replace(spec, bad_if=str(predicate)), command)
+    good = next(r for r in plan.releases if r.version == found.last_good)
+    bad = next(r for r in plan.releases if r.version == found.first_bad)
+    arrays = load_npz(Path(plan.job.inputs))
+    saved = store.outputs_path(bad.version)
+    bad_outputs = None
+    if saved.exists():
+        with np.load(saved) as data:
+            bad_outputs = {k: data[k] for k in data.files}
+    reduced = RunStore.open(run_dir, REDUCED, {"reduces": run_dir.name}, {"predicate": str(predicate)},
+                            command or ["bisect", "reduce", run_dir.name])
+    log(f"reducing {plan.probe_inputs.model.name} between {good.version} (good) and {bad.version} (bad)")
+    own = latest_by_version(own_records(store.records()))
+    return reduce_run(plan, good, bad, arrays, bad_outputs, reduced, log, nodes,
+                      known={v: own[v] for v in (good.version, bad.version) if v in own})
