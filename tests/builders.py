@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from harness.uvtool import uv_bin
+from harness.releases.uvtool import uv_bin
 
 OPSET = [helper.make_opsetid("", 17)]
 
@@ -224,8 +224,9 @@ def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Pat
 
     The same regression as the whole batch at a fraction of a probe's cost (a probe's time is the batch's
     rows x tokens: the whole batch is 20 x 512); for tests whose point is not the batch itself."""
-    from harness import inputs, models
-    from harness.reduce import take_rows
+    from harness.models import inputs
+    from harness.models import registry as models
+    from harness.triage.reduce import take_rows
 
     with np.load(inputs.default_batch(models.resolve(model, cache_dir), cache_dir)) as full:
         np.savez(dest, **take_rows({k: full[k] for k in full.files}, list(rows)))
@@ -237,7 +238,7 @@ def fresh_env(tmp: Path, version: str) -> Path:
 
     Made under a lock and marked complete last, so test processes sharing `tmp` (the test cache's
     fresh-envs) make it once, and an interrupted one is made again, not used half-installed."""
-    from harness.locking import file_lock
+    from harness.results.locking import file_lock
 
     env = tmp / f"venv-{version}"
     made = env / ".made"
@@ -347,12 +348,13 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
     import json
 
     from harness.metrics import probe_metrics
-    from harness.results import REPORT, RunStore
+    from harness.results.store import REPORT, RunStore
 
     n = 0
     for mi, model in enumerate(models):
         for ti, (arch, backend, cpu, package, providers, bound, with_ref) in enumerate(targets):
-            run_id = f"{model}-{arch}-{ti}"
+            # as harness.results.store.run_id_for makes it: the name, hostile or not, made a safe directory name
+            run_id = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{model}-{arch}-{ti}")
             d = root / run_id
             (d / "outputs").mkdir(parents=True)
             key = {"model": f"{mi:064x}", "batch": "b" * 64, "outputs": [], "session_options": {}, "arch": arch,

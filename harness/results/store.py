@@ -40,6 +40,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
+from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
 
 MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
@@ -62,9 +63,10 @@ def read_manifest(run_dir: Path) -> dict:
         doc = json.loads((Path(run_dir) / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise UsageError(f"{run_dir}: unreadable {MANIFEST} ({exc})") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("key"), dict):
-        raise UsageError(f"{run_dir}: {MANIFEST} has no run key; not a results directory")
-    return doc
+    try:
+        return RunManifest.parse(doc).raw
+    except EvidenceError as exc:
+        raise UsageError(f"{run_dir}: {MANIFEST}: {exc}; not a results directory") from None
 
 
 def run_id_for(name: str, key: dict) -> str:
@@ -331,9 +333,10 @@ def _parse(raw: bytes) -> tuple[dict | None, str | None]:
         return None, "not UTF-8 text"
     except ValueError as exc:
         return None, f"not JSON ({exc})"
-    if not isinstance(rec, dict) or not isinstance(rec.get("version"), str) or not isinstance(rec.get("status"), str):
-        return None, "not a probe record (JSON without a version and a status)"
-    return rec, None
+    try:
+        return ProbeRecord.parse(rec).raw, None
+    except EvidenceError as exc:
+        return None, str(exc)
 
 
 def _settle_tail(fd: int) -> None:

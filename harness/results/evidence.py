@@ -1,0 +1,150 @@
+"""The evidence a run keeps, as types: a probe record and a run manifest, parsed before anything reads them.
+
+Each has a versioned JSON Schema under docs/schema/ (probe-record.v1.json,
+run-manifest.v1.json; the run document is run-document.v1.json), the contract
+for anyone who reads results/ without this package. `parse` checks what the
+schema requires and the type of every key it names, so a line of the wrong
+shape (from another machine, an older tool or a careless edit) is refused where
+it is read, with the key that is wrong, instead of failing a reader far away.
+tests/test_evidence.py holds the two to the same rules and validates real
+records against the schema files.
+
+The typed fields are what readers decide by; `raw` keeps the whole document,
+keys this version does not know included, so nothing is lost on a rewrite.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from harness.errors import HarnessError
+
+SCHEMA_VERSION = 1
+STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")
+VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")  # a release version, and a safe file name stem
+RUN_ID_RE = re.compile(r"^(?!\.\.?$)[^/\\\x00]+$")  # one directory name: no separator, not . or ..
+
+_NUMBER = (int, float)
+_NONE = type(None)
+
+#: key -> the JSON types it may hold (as Python types), for the optional keys of a record
+RECORD_FIELDS: dict[str, tuple[type, ...]] = {
+    "reason": (str,), "package": (str,), "series": (str,), "finished": (str, _NONE),
+    "seconds": _NUMBER, "repeats": (int,), "env_seconds": (*_NUMBER, _NONE), "env_created": (bool, _NONE),
+    "stderr_tail": (str,), "outputs_saved": (str,), "provenance": (dict,), "providers": (dict,),
+    "metrics": (dict,), "result": (dict, _NONE),
+}
+PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
+    "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
+}
+RESULT_FIELDS: dict[str, tuple[type, ...]] = {
+    "stage": (str,), "error": (str, _NONE), "outputs": (list,), "rows": (dict, _NONE), "onnxruntime": (dict,),
+}
+OUTPUT_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "rows": (int, _NONE), "nan_rows": (int, _NONE), "inf_rows": (int, _NONE),
+}
+MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "run_id": (str,), "created": (str,), "harness_version": (str,), "key": (dict,), "host": (dict,),
+    "commands": (list,), "model": (dict,), "batch": (dict,), "predicate": (str,), "reference": (dict, _NONE),
+}
+KEY_FIELDS: dict[str, tuple[type, ...]] = {
+    "model": (str,), "batch": (str,), "outputs": (list,), "session_options": (dict,), "backend": (str,),
+    "arch": (str,), "python": (str,), "cpu": (str, _NONE),
+}
+MODEL_FIELDS: dict[str, tuple[type, ...]] = {
+    "name": (str,), "source": (str,), "path": (str,), "digest": (str,), "data_files": (list,),
+}
+
+
+class EvidenceError(HarnessError):
+    """A document that is not of the shape its schema says: `where` is the key that is wrong."""
+
+    def __init__(self, what: str, where: str, why: str):
+        self.where = where
+        super().__init__(f"not a {what}: {where} {why}" if where else f"not a {what}: {why}")
+
+
+def _json_type(value) -> str:
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "an integer",
+            float: "a number", _NONE: "null"}.get(type(value), type(value).__name__)
+
+
+def _check(what: str, doc, fields: dict[str, tuple[type, ...]], prefix: str = "") -> None:
+    if not isinstance(doc, dict):
+        raise EvidenceError(what, prefix.rstrip("."), f"is {_json_type(doc)}, not an object")
+    for key, types in fields.items():
+        if key in doc:
+            value = doc[key]
+            # JSON has no bool among numbers: True is not a count of seconds
+            ok = isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+            if not ok:
+                raise EvidenceError(what, prefix + key, f"is {_json_type(value)}")
+
+
+def _check_all(what: str, items: list, fields: dict[str, tuple[type, ...]], prefix: str,
+               required: tuple[str, ...] = ()) -> None:
+    for i, item in enumerate(items):
+        _check(what, item, fields, f"{prefix}[{i}].")
+        for key in required:
+            if key not in item:
+                raise EvidenceError(what, f"{prefix}[{i}].{key}", "is missing")
+
+
+@dataclass(frozen=True)
+class ProbeRecord:
+    """One line of probes.jsonl (docs/schema/probe-record.v1.json)."""
+
+    version: str
+    status: str
+    series: str | None
+    result: dict | None
+    raw: dict
+
+    @classmethod
+    def parse(cls, doc) -> ProbeRecord:
+        what = "probe record"
+        _check(what, doc, {"version": (str,), "status": (str,), **RECORD_FIELDS})
+        for key in ("version", "status"):
+            if key not in doc:
+                raise EvidenceError(what, key, "is missing")
+        if len(doc["version"]) > 64 or not VERSION_RE.match(doc["version"]):
+            raise EvidenceError(what, "version", f"{doc['version'][:64]!r} is not a release version")
+        if doc["status"] not in STATUSES:
+            raise EvidenceError(what, "status", f"{doc['status'][:64]!r} is not one of {', '.join(STATUSES)}")
+        if "provenance" in doc:
+            _check(what, doc["provenance"], PROVENANCE_FIELDS, "provenance.")
+        result = doc.get("result")
+        if result is not None:
+            _check(what, result, RESULT_FIELDS, "result.")
+            _check_all(what, result.get("outputs") or [], OUTPUT_FIELDS, "result.outputs")
+            if "onnxruntime" in result:
+                _check(what, result["onnxruntime"], {"version": (str,)}, "result.onnxruntime.")
+        return cls(doc["version"], doc["status"], doc.get("series"), result, doc)
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    """A run's manifest.json (docs/schema/run-manifest.v1.json)."""
+
+    key: dict
+    run_id: str | None
+    model: dict
+    raw: dict
+
+    @classmethod
+    def parse(cls, doc) -> RunManifest:
+        what = "run manifest"
+        _check(what, doc, MANIFEST_FIELDS)
+        if "key" not in doc:
+            raise EvidenceError(what, "key", "is missing: no run key")
+        _check(what, doc["key"], KEY_FIELDS, "key.")
+        run_id = doc.get("run_id")
+        if run_id is not None and (len(run_id) > 200 or not RUN_ID_RE.match(run_id)):
+            raise EvidenceError(what, "run_id", f"{run_id[:64]!r} is not a run id")
+        if "model" in doc:
+            _check(what, doc["model"], MODEL_FIELDS, "model.")
+        if "batch" in doc:
+            _check(what, doc["batch"], {"path": (str,), "digest": (str,)}, "batch.")
+        _check_all(what, doc.get("commands") or [], {"argv": (list,), "time": (str,)}, "commands")
+        return cls(doc["key"], run_id, doc.get("model") or {}, doc)

@@ -1,0 +1,160 @@
+"""Typed evidence: the schema files under docs/schema/ and harness.results.evidence say the same, and real records pass."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.results import evidence
+from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
+from harness.results.store import RunStore, read_manifest
+
+SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schema"
+JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array",
+              type(None): "null"}
+
+
+def schema(name: str) -> dict:
+    doc = json.loads((SCHEMAS / name).read_text())
+    jsonschema.Draft202012Validator.check_schema(doc)
+    return doc
+
+
+def validator(name: str) -> jsonschema.Draft202012Validator:
+    return jsonschema.Draft202012Validator(schema(name))
+
+
+def _types(prop: dict) -> set[str]:
+    if "enum" in prop:
+        return {JSON_TYPES[type(v)] for v in prop["enum"]}
+    t = prop["type"]
+    return set(t) if isinstance(t, list) else {t}
+
+
+def _py_types(types: tuple[type, ...]) -> set[str]:
+    names = {JSON_TYPES[t] for t in types}
+    return names - {"integer"} if "number" in names else names  # JSON's number includes its integers
+
+
+@pytest.mark.parametrize("fields,file,path", [
+    ({"version": (str,), "status": (str,), **evidence.RECORD_FIELDS}, "probe-record.v1.json", ()),
+    (evidence.PROVENANCE_FIELDS, "probe-record.v1.json", ("provenance",)),
+    (evidence.RESULT_FIELDS, "probe-record.v1.json", ("result",)),
+    (evidence.OUTPUT_FIELDS, "probe-record.v1.json", ("result", "outputs", "items")),
+    (evidence.MANIFEST_FIELDS, "run-manifest.v1.json", ()),
+    (evidence.KEY_FIELDS, "run-manifest.v1.json", ("key",)),
+    (evidence.MODEL_FIELDS, "run-manifest.v1.json", ("model",)),
+])
+def test_the_parser_types_each_key_as_its_schema_does(fields, file, path):
+    node = schema(file)
+    for step in path:
+        node = node["properties"][step] if step != "items" else node["items"]
+    props = node["properties"]
+    assert set(fields) == set(props), (file, path)
+    for key, types in fields.items():
+        assert _py_types(types) == _types(props[key]), (file, path, key)
+
+
+def real_record() -> dict:
+    return {"version": "1.19.2", "package": "onnxruntime", "status": "ran", "reason": "ran", "seconds": 0.9,
+            "finished": "2026-12-02T23:10:17Z", "repeats": 1, "env_seconds": 1.6, "env_created": True,
+            "stderr_tail": "", "provenance": {"arch": "x86_64", "backend": "uv", "cpu": None, "python": "3.11"},
+            "providers": {"requested": "CPUExecutionProvider", "used": ["CPUExecutionProvider"]},
+            "metrics": {"max_abs": 0.37, "headroom": None},
+            "result": {"stage": "done", "onnxruntime": {"version": "1.19.2"},
+                       "outputs": [{"name": "y", "rows": 20, "nan_rows": 0, "inf_rows": 0}],
+                       "rows": {"rows": 20, "nan_rows": 0}}}
+
+
+BROKEN = [
+    ("version", lambda r: r.pop("version")),
+    ("status", lambda r: r.pop("status")),
+    ("version", lambda r: r.update(version="../../etc/passwd")),
+    ("version", lambda r: r.update(version=1.19)),
+    ("status", lambda r: r.update(status="fine")),
+    ("seconds", lambda r: r.update(seconds="0.9")),
+    ("seconds", lambda r: r.update(seconds=True)),
+    ("provenance", lambda r: r.update(provenance=["x86_64"])),
+    ("provenance.backend", lambda r: r["provenance"].update(backend=7)),
+    ("result", lambda r: r.update(result="done")),
+    ("result.outputs", lambda r: r["result"].update(outputs={"y": 1})),
+    ("result.outputs[0].nan_rows", lambda r: r["result"]["outputs"][0].update(nan_rows="0")),
+    ("result.outputs[0].name", lambda r: r["result"]["outputs"][0].update(name=None)),
+    ("result.onnxruntime.version", lambda r: r["result"]["onnxruntime"].update(version=[1])),
+    ("metrics", lambda r: r.update(metrics=None)),
+]
+
+
+@pytest.mark.parametrize("where,breaks", BROKEN, ids=[f"{w}-{i}" for i, (w, _) in enumerate(BROKEN)])
+def test_a_record_of_the_wrong_shape_is_refused_by_both_with_the_key(where, breaks):
+    good = real_record()
+    ProbeRecord.parse(good)
+    validator("probe-record.v1.json").validate(good)
+    bad = copy.deepcopy(good)
+    breaks(bad)
+    with pytest.raises(EvidenceError) as e:
+        ProbeRecord.parse(bad)
+    assert e.value.where == where
+    assert not validator("probe-record.v1.json").is_valid(bad)
+
+
+def test_a_record_of_a_later_version_keeps_the_keys_this_one_does_not_know():
+    rec = {**real_record(), "latency_ms": [1.0, 2.0]}
+    parsed = ProbeRecord.parse(rec)
+    assert parsed.raw["latency_ms"] == [1.0, 2.0] and parsed.version == "1.19.2"
+
+
+def test_the_store_sets_aside_a_line_of_the_wrong_shape(tmp_path):
+    run = tmp_path / "r"
+    store = RunStore.open(tmp_path, "r", {"model": "m"}, {}, ["bisect"])
+    store.append(real_record())
+    with open(run / "probes.jsonl", "a") as f:
+        f.write(json.dumps({**real_record(), "result": "done"}) + "\n")
+    ev = store.read()
+    assert len(ev.records) == 1 and len(ev.corrupt) == 1
+    assert "result is a string" in ev.corrupt[0].why
+
+
+@pytest.mark.parametrize("breaks,where", [
+    (lambda m: m.pop("key"), "key"),
+    (lambda m: m["key"].update(outputs="y"), "key.outputs"),
+    (lambda m: m.update(run_id="../elsewhere"), "run_id"),
+    (lambda m: m["model"].update(path=["/etc/passwd"]), "model.path"),
+    (lambda m: m.update(commands=[{"argv": "bisect run"}]), "commands[0].argv"),
+])
+def test_a_manifest_of_the_wrong_shape_is_refused_by_both(tmp_path, breaks, where):
+    store = RunStore.open(tmp_path, "r", {"model": "m", "outputs": ["y"]}, {"model": {"name": "n", "path": "/m"}},
+                          ["bisect", "run"])
+    good = read_manifest(store.dir)
+    validator("run-manifest.v1.json").validate(good)
+    bad = copy.deepcopy(good)
+    breaks(bad)
+    with pytest.raises(EvidenceError) as e:
+        RunManifest.parse(bad)
+    assert e.value.where == where
+    assert not validator("run-manifest.v1.json").is_valid(bad)
+
+
+@pytest.mark.release
+def test_a_real_run_writes_evidence_its_schemas_accept(bisect, residual_norm, tmp_path):
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", "--json",
+               results=tmp_path / "res")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    run = tmp_path / "res" / doc["run_id"]
+    records = [json.loads(line) for line in (run / "probes.jsonl").read_text().splitlines()]
+    assert {x["version"] for x in records} == {"1.19.2", "1.20.0"}
+    for rec in records:
+        validator("probe-record.v1.json").validate(rec)
+        assert ProbeRecord.parse(rec).raw == rec
+    validator("run-manifest.v1.json").validate(json.loads((run / "manifest.json").read_text()))
+    cells = sorted((run / "cells").glob("*.json"))
+    assert cells
+    for cell in cells:
+        validator("run-document.v1.json").validate(json.loads(cell.read_text()))
+    validator("run-document.v1.json").validate(doc)
