@@ -77,7 +77,6 @@ def search_and_render(opts: dict, sweep: bool) -> int:
 
 
 def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
-    from harness.explain.boundary import explain_search
     from harness.plan import make_plan
     from harness.report.terminal import (
         ProbeLines,
@@ -100,6 +99,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
                 found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
                                    jobs=opts["jobs"], prefetch=opts["prefetch"])
             if opts.get("explain"):
+                from harness.explain.boundary import explain_search  # onnx and the tracer: only when asked
+
                 explain_search(found, log=log_to_stderr)
         except KeyboardInterrupt:
             done = len(plan.store.records())
