@@ -10,39 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import tempfile
 import threading
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
 
 import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics
-from harness.probe import ProbeJob, run_probe
+from harness.probe import Observer, ProbeJob, Prober, Silent, serving
 from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
 from harness.releases.versions import Release
 from harness.results.history import latest_by_version, own_records
 from harness.results.store import RunStore, load_outputs
-from harness.runners import kill_live_workers, retire_early_workers, reusing_workers
+from harness.runners import kill_live_workers, retire_early_workers
 from harness.runners.base import Runner
 from harness.search import Step, bisect_step, sweep_step
 from harness.verdicts import Predicate, judge
 
-
-class Observer(Protocol):
-    def probe_started(self, version: str) -> None: ...
-    def probe_finished(self, record: dict, reused: bool) -> None: ...
-
-
-class Silent:
-    def probe_started(self, version: str) -> None:
-        pass
-
-    def probe_finished(self, record: dict, reused: bool) -> None:
-        pass
+__all__ = ["Driver", "Observer", "RunOutcome", "Silent"]
 
 
 @dataclass
@@ -73,6 +59,7 @@ class Driver:
         self._prefetched: set[str] = set()  # installed in the background
         self._started: set[str] = set()  # their workers started early
         self._lock = threading.Lock()
+        self.prober = Prober(runner, store, predicate)
 
     def judge(self, record: dict) -> dict:
         """The record with its verdict under this run's predicate (compared again if it was against another reference)."""
@@ -92,14 +79,14 @@ class Driver:
         for version, rec in latest_by_version(own_records(self.store.records())).items():
             if version in index:
                 if self._needs_fp32(rec):
-                    self._append(self._probe_fp32(self.releases[index[version]])[0])
+                    self._probe_fp32(self.releases[index[version]])
                 records[version] = self.judge(rec)
                 self.observer.probe_finished(records[version], reused=True)
         outcome = RunOutcome(self.releases, Step("probing"), records)
         installs = ThreadPoolExecutor(1, thread_name_prefix="prefetch")
         try:
             # workers of the likely next probes start (import) while the current ones run; one probe each
-            with reusing_workers(keep=False), ThreadPoolExecutor(self.jobs, thread_name_prefix="probe") as probes:
+            with serving(self.jobs, keep=False) as probes:
                 return self._loop(outcome, records, probes, installs, mode, sweep)
         finally:
             installs.shutdown(wait=False, cancel_futures=True)
@@ -134,54 +121,40 @@ class Driver:
                     # raised within a second, not when the probe ends (a held worker may never end)
                     done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                     for fut in done:
-                        made = fut.result()  # the fp32 reference's probe first, if one was made; the probe last
-                        for rec in made:
-                            self._append(rec)  # on disk before anything else happens
-                        rec = made[-1]
+                        rec = fut.result()  # on disk already (its fp32 reference's probe before it)
                         records[rec["version"]] = self.judge(rec)
                         outcome.probed_now.append(rec["version"])
                         self.observer.probe_finished(records[rec["version"]], reused=False)
             except BaseException:
                 # Interrupted: what finished is on disk; stop what is still running.
+                # what finished is on disk; what still runs is stopped and not recorded
+                self.prober.stop()
                 for fut in futures:
                     fut.cancel()
                 kill_live_workers()
                 raise
 
-    def _append(self, rec: dict) -> None:
-        try:
-            self.store.append(rec)
-        except OSError as exc:
-            kill_live_workers()
-            raise HarnessError(
-                f"cannot record the probe of {rec['version']} in {self.store.dir}: {exc.strerror or exc}; "
-                f"{len(self.store.records())} earlier probes are saved, this one is not"
-            ) from None
-
-    def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> list[dict]:
-        """The probe of `release` with its metrics; with an fp32 reference, the reference's probe before it."""
-        made, fp32_arrays = [], None
+    def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> dict:
+        """The probe of `release` with its metrics, recorded; with an fp32 reference, the reference's probe
+        (recorded) before it."""
+        fp32 = fp32_arrays = None
         if self._fp32_missing(release.version):
-            fp32_rec, fp32_arrays = self._probe_fp32(release)
-            made.append(fp32_rec)
-        # Scratch files live outside the results: a full results disk must not fail the probe itself.
-        with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
-            rec = run_probe(self.runner, release, job, Path(scratch), self.store.outputs_path(release.version, series))
-        if series:
-            rec["series"] = series
-        if rec["status"] == "ran":
-            arrays, outputs = None, None
-            if self.reference is not None:
-                arrays = fp32_arrays if made else self._reference_arrays(release.version)
+            fp32, fp32_arrays = self._probe_fp32(release)
+        ref = self.reference
+
+        def measure(rec: dict) -> dict:
+            arrays = outputs = None
+            if ref is not None:
+                arrays = fp32_arrays if fp32 is not None else self._reference_arrays(release.version)
                 outputs = self.store.outputs(release.version, series) if arrays is not None else None
-            rec["metrics"] = probe_metrics(rec.get("result"), outputs, arrays,
-                                           self.reference.id if arrays is not None else None)
-            if self.reference is not None and arrays is None:
-                fp32 = made[0] if made else None
-                rec["metrics"]["comparison_error"] = (
+            m = probe_metrics(rec.get("result"), outputs, arrays, ref.id if arrays is not None else None)
+            if ref is not None and arrays is None:
+                m["comparison_error"] = (
                     f"the model in fp32 did not run on {release.version}: {fp32.get('reason')}" if fp32
-                    else f"no outputs of {self.reference.label} to compare with")
-        return [*made, rec]
+                    else f"no outputs of {ref.label} to compare with")
+            return m
+
+        return self.prober.probe(release, job, series=series, measure=measure).record
 
     # --- references ------------------------------------------------------------------------------
 
@@ -204,12 +177,9 @@ class Driver:
         self.observer.probe_started(version)
         saved_ref, self.reference = self.reference, None  # the reference's own probe compares with nothing
         try:
-            made = self._probe(release, self.job, series)
+            rec = self._probe(release, self.job, series)
         finally:
             self.reference = saved_ref
-        for rec in made:
-            self._append(rec)
-        rec = made[-1]
         if rec["status"] != "ran":
             raise HarnessError(f"--reference-release {version}: the reference did not run ({rec['status']}: "
                                f"{rec.get('reason')}); choose another release")
@@ -233,10 +203,8 @@ class Driver:
     def _probe_fp32(self, release: Release) -> tuple[dict, dict[str, np.ndarray] | None]:
         """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
         job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1)
+        rec = self.prober.probe(release, job, series=FP32_SERIES, tags={"reference": self.reference.id}).record
         path = self.store.outputs_path(release.version, FP32_SERIES)
-        with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-fp32-") as scratch:
-            rec = run_probe(self.runner, release, job, Path(scratch), path)
-        rec.update(series=FP32_SERIES, reference=self.reference.id)
         return rec, (load_outputs(path) if rec["status"] == "ran" else None)
 
     def _reference_arrays(self, version: str) -> dict[str, np.ndarray] | None:

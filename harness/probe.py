@@ -1,5 +1,11 @@
 """One probe: install (or reuse) a release, run the worker on the batch, say how it ended.
 
+`Prober` owns a probe's whole life for every caller (the search, reduce,
+options, repeat, rows, trace, scout): job -> runner -> metrics -> append ->
+judge -> observer; `serving()` is the one pool of live workers and threads
+that serves many probes. Callers say what to run and how to tag its record;
+none of them appends, makes a pool or picks scratch paths itself.
+
 A probe whose session did not run on the execution provider asked for (the
 worker reports `get_providers()`; onnxruntime falls back to the CPU provider
 when the requested one cannot be made, with only a line in its log) ends as
@@ -12,14 +18,23 @@ import os
 import re
 import shutil
 import signal
+import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from harness.errors import EnvironmentSkip
+from harness.errors import EnvironmentSkip, HarnessError
+from harness.metrics import probe_metrics
 from harness.releases.versions import Release
-from harness.runners import ProcessOutcome
+from harness.results.store import RunStore
+from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
 from harness.runners.base import Environment, Runner
+from harness.verdicts import Predicate, judge
 
 #: a directory where each worker announces itself before run() and waits to be let go
 #: (see worker.hold); set by tests that must signal a worker known to be running
@@ -36,6 +51,127 @@ class ProbeJob:
     timeout: float = 600.0
     repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
     memory_limit_mb: int | None = None  # the worker's address-space cap
+
+
+class Observer(Protocol):
+    """Who hears of probes as they start and end (the terminal's progress lines)."""
+
+    def probe_started(self, version: str) -> None: ...
+    def probe_finished(self, record: dict, reused: bool) -> None: ...
+
+
+class Silent:
+    def probe_started(self, version: str) -> None:
+        pass
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        pass
+
+
+#: `outputs=` of Prober.probe: the outputs go where the store keeps this release's (and series') outputs
+IN_STORE = "in-store"
+
+
+@dataclass(frozen=True)
+class Probed:
+    """A finished probe: the record as stored, and the record judged (None without a predicate)."""
+
+    record: dict
+    judged: dict | None
+
+    @property
+    def verdict(self) -> str | None:
+        return self.judged["verdict"] if self.judged else None
+
+
+class Prober:
+    """A probe's life, the same for every caller: run the job on a release through the runner, attach the
+    metrics, append the record to the store (when there is one), judge it and tell the observer.
+
+    `judge` replaces the plain `verdicts.judge(record, predicate)` where a caller judges against a reference;
+    `stop()` (an interrupt) makes every probe still running end unrecorded: a worker killed on the way out
+    is not evidence about its release.
+    """
+
+    def __init__(self, runner: Runner, store: RunStore | None = None, predicate: Predicate | None = None, *,
+                 judge: Callable[[dict], dict] | None = None, observer: Observer | None = None):
+        self.runner = runner
+        self.store = store
+        self.predicate = predicate
+        self._judge = judge
+        self.observer = observer
+        self.probes = 0  # probes run (not reused) by this prober
+        self.seconds = 0.0  # their worker time
+        self._stopped = threading.Event()
+        self._count = threading.Lock()
+
+    def probe(self, release: Release, job: ProbeJob, *, series: str | None = None, tags: dict | None = None,
+              outputs: str | Path | None = IN_STORE,
+              measure: Callable[[dict], dict] | None = None) -> Probed:
+        """Probe `release` with `job`. `series` and `tags` go into the record (and `series` names its outputs
+        file in the store); `outputs` is where the outputs are saved: in the store (default), at a path, or
+        nowhere (None). `measure(record)` gives the metrics of a probe that ran (default: the worker's own)."""
+        if self.observer:
+            self.observer.probe_started(release.version)
+        saved = self._outputs_path(release, series, outputs)
+        # Scratch lives outside the results: a full results disk must not fail the probe itself.
+        with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
+            rec = run_probe(self.runner, release, job, Path(scratch), saved)
+        if self._stopped.is_set():
+            raise ProbeStopped(release.version)
+        if series:
+            rec["series"] = series
+        rec.update(tags or {})
+        if rec["status"] == "ran":
+            rec["metrics"] = measure(rec) if measure else probe_metrics(rec.get("result"))
+        with self._count:
+            self.probes += 1
+            self.seconds += rec.get("seconds") or 0.0
+        if self.store is not None:
+            self.append(rec)
+        judged = self.judge(rec)
+        if self.observer and judged is not None:
+            self.observer.probe_finished(judged, reused=False)
+        return Probed(rec, judged)
+
+    def judge(self, record: dict) -> dict | None:
+        if self._judge is not None:
+            return self._judge(record)
+        return judge(record, self.predicate) if self.predicate is not None else None
+
+    def append(self, rec: dict) -> None:
+        """The record on disk before anything else happens; a results directory that cannot take it ends the
+        run (with every worker) in one line that says what is saved."""
+        try:
+            self.store.append(rec)
+        except OSError as exc:
+            kill_live_workers()
+            raise HarnessError(
+                f"cannot record the probe of {rec['version']} in {self.store.dir}: {exc.strerror or exc}; "
+                f"{len(self.store.records())} earlier probes are saved, this one is not"
+            ) from None
+
+    def stop(self) -> None:
+        """No probe still running is recorded from now on (call before killing the workers)."""
+        self._stopped.set()
+
+    def _outputs_path(self, release: Release, series: str | None, outputs: str | Path | None) -> Path | None:
+        if outputs != IN_STORE:
+            return outputs
+        return self.store.outputs_path(release.version, series) if self.store is not None else None
+
+
+class ProbeStopped(Exception):
+    """A probe that ended after its prober was stopped: not recorded."""
+
+
+@contextmanager
+def serving(jobs: int = 1, keep: bool = True) -> Iterator[ThreadPoolExecutor]:
+    """`jobs` probes at once on live workers that serve one request after another (a worker's start is most of
+    a small model's probe, many times so under emulation); `keep=False` ends each worker after its probe and
+    lets only the early-started ones wait (the search: each release is probed once)."""
+    with reusing_workers(keep=keep), ThreadPoolExecutor(max(1, jobs), thread_name_prefix="probe") as pool:
+        yield pool
 
 
 def default_timeout(weight_bytes: int, emulated: bool) -> float:

@@ -146,3 +146,29 @@ def test_only_the_runners_start_worker_processes():
     outside = sorted(a for a, targets in import_graph().items()
                      if "harness.runners.workers" in targets and not a.startswith("harness.runners"))
     assert not outside, outside
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    """Where `path` calls a function or method named in `names`: 'file:line receiver.name()'."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call):
+            f = node.func
+            name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+            if name in names:
+                found.append(f"{rel(path)}:{node.lineno} {ast.unparse(f)}()")
+    return found
+
+
+def test_one_prober_owns_a_probes_life():
+    """Only the Prober runs a worker on a job and records it; only `serving()` makes the pool that serves many
+    probes: no other module calls run_probe or reusing_workers, nor appends to a run's store itself (merge, in
+    the results wing, appends records it read, not probes)."""
+    allowed = {"probe.py", "runners/__init__.py", "runners/workers.py"}
+    stray = [c for p in modules() if rel(p) not in allowed for c in _calls(p, {"run_probe", "reusing_workers"})]
+    appends = [c for p in modules() if rel(p) != "probe.py" and not rel(p).startswith("results/")
+               for c in _calls(p, {"append"}) if "store.append" in c]
+    assert _calls(HARNESS / "probe.py", {"run_probe"}), "the walk sees calls"
+    assert _calls(HARNESS / "results" / "history.py", {"append"}), "the walk sees appends"
+    assert not stray, stray
+    assert not appends, appends

@@ -99,7 +99,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
                 found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
                                    jobs=opts["jobs"], prefetch=opts["prefetch"])
             if opts.get("explain"):
-                from harness.explain.boundary import explain_search  # onnx and the tracer: only when asked
+                # onnx and the tracer: imported only when asked for
+                from harness.explain.boundary import explain_search
 
                 explain_search(found, log=log_to_stderr)
         except KeyboardInterrupt:

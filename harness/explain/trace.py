@@ -50,10 +50,10 @@ import onnx
 from harness.explain import precision
 from harness.graphs import surgery
 from harness.metrics import FP16_MAX
-from harness.probe import ProbeJob, run_probe
+from harness.probe import ProbeJob, Prober
 from harness.releases.versions import Release
 from harness.runners.base import Runner
-from harness.verdicts import Predicate, judge
+from harness.verdicts import Predicate
 
 DEFAULT_BUDGET = 256 << 20
 OPT_DATA_MIN_BYTES = 1024  # initializers above this go to the optimized model's external data file
@@ -182,6 +182,7 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
     workdir.mkdir(parents=True, exist_ok=True)
     base_opts = dict(session_options or {})
     predicate = predicate or Predicate()
+    prober = Prober(runner, None, predicate)  # a trace's probes are its evidence, not the run's records
 
     # (a) the unmodified model: verdict and the optimized graph
     opt_dir = workdir / f"optimized-{release.version}"
@@ -194,9 +195,8 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
     opts = {**base_opts, "optimized_model_filepath": str(opt_path), "config": config}
     _log(log, f"trace {release.version}: unmodified model")
     # The verdict, as in `bisect run`, from the outputs the run checks.
-    base = run_probe(runner, release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout),
-                     workdir / "probe-base", None)
-    judged = judge(base, predicate)
+    probed = prober.probe(release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout), outputs=None)
+    base, judged = probed.record, probed.judged
     result = TraceResult(
         version=release.version, provenance=base.get("provenance", {}), model=str(model_path), inputs=str(inputs_npz),
         status=base["status"], verdict=judged["verdict"], reason=judged["why"], rows=judged["rows"],
@@ -232,7 +232,7 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
     if result.status == "ran":
         exposed_dir = workdir / "exposed"
         concrete = {i.name: i for i in surgery.intermediates(original, dims)}  # shapes of this batch, for sizes
-        ctx = _PassContext(runner, release, model_path, inputs_npz, workdir, exposed_dir, infos, graph_outputs,
+        ctx = _PassContext(prober, release, model_path, inputs_npz, workdir, exposed_dir, infos, graph_outputs,
                            base_out, base_opts, timeout, dims, budget_bytes, visibility, log, concrete)
         # Clean passes: tensors the unmodified run materializes anyway; exposing them changes nothing.
         clean = [i for i in wanted if visibility.get(i.name) == "seen"]
@@ -259,7 +259,7 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
                 t.note = "downstream of an exposed overflow (value may be perturbed)"
                 stats[i.name] = t
         if dump:
-            result.dumps = _dump(runner, release, model_path, infos, list(dump), inputs_npz, workdir, base_opts, timeout)
+            result.dumps = _dump(prober, release, model_path, infos, list(dump), inputs_npz, workdir, base_opts, timeout)
         shutil.rmtree(exposed_dir, ignore_errors=True)
     for o in result.outputs:
         stats[o["name"]] = _stat(o, by_name.get(o["name"]), "seen", "model")
@@ -303,7 +303,7 @@ def _downstream(model: onnx.ModelProto, producers: dict[str, list[str]], roots: 
 
 @dataclass
 class _PassContext:
-    runner: Runner
+    prober: Prober
     release: Release
     model_path: Path
     inputs_npz: Path
@@ -340,9 +340,9 @@ class _PassContext:
             self.groups.append(names)
             _log(self.log, f"trace {self.release.version}: pass {self.count} {kind} ({len(names)} tensors)")
             path = surgery.expose(self.model_path, names, self.exposed_dir, self.infos)
-            rec = run_probe(self.runner, self.release,
-                            ProbeJob(path, self.inputs_npz, tuple(names + self.graph_outputs), self.opts, self.timeout),
-                            self.workdir / f"probe-pass-{self.count}", None)
+            rec = self.prober.probe(
+                self.release, ProbeJob(path, self.inputs_npz, tuple(names + self.graph_outputs), self.opts, self.timeout),
+                outputs=None).record
             info = {"pass": self.count, "kind": kind, "tensors": len(names), "status": rec["status"],
                     "seconds": rec.get("seconds"), "peak_rss_mb": (rec.get("result") or {}).get("peak_rss_mb"),
                     "perturbed": False}
@@ -369,7 +369,7 @@ class _PassContext:
         return stats
 
 
-def _dump(runner, release, model_path, infos, names, inputs_npz, workdir, opts, timeout) -> dict[str, str]:
+def _dump(prober: Prober, release, model_path, infos, names, inputs_npz, workdir, opts, timeout) -> dict[str, str]:
     """One extra pass that saves only the named tensors, each as <workdir>/<name>.npz."""
     known = {i.name for i in infos}
     graph_outputs = {o.name for o in onnx.load(str(model_path), load_external_data=False).graph.output}
@@ -378,7 +378,7 @@ def _dump(runner, release, model_path, infos, names, inputs_npz, workdir, opts, 
         raise KeyError(f"cannot dump {missing}: not tensors of the model")
     path = surgery.expose(model_path, [n for n in names if n not in graph_outputs], workdir / "exposed", infos)
     tmp = workdir / "dump-all.npz"
-    rec = run_probe(runner, release, ProbeJob(path, inputs_npz, tuple(names), opts, timeout), workdir / "probe-dump", tmp)
+    rec = prober.probe(release, ProbeJob(path, inputs_npz, tuple(names), opts, timeout), outputs=tmp).record
     out = {}
     if rec["status"] == "ran" and tmp.is_file():
         with np.load(tmp) as data:

@@ -52,7 +52,7 @@ OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
 REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
-WORK = "work"  # a probe's scratch space, removed when it ends
+WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 SIDE_FILES = (REPORT, REPRO)  # remade from the whole evidence: merge keeps the newer copy (mtime)
 
@@ -279,10 +279,6 @@ class RunStore:
     def outputs(self, version: str, series: str | None = None) -> dict | None:
         """The saved outputs of one probe as arrays by name, or None when none were saved."""
         return load_outputs(self.outputs_path(version, series))
-
-    def work_dir(self, name: str) -> Path:
-        """Scratch space of one probe, removed by the probe when it ends."""
-        return self.dir / WORK / name
 
     def subdir(self, name: str) -> Path:
         """A directory of files one step makes for this run (traces, a patched model...)."""

@@ -47,7 +47,7 @@ from pathlib import Path
 
 from harness import search
 from harness.errors import EnvironmentSkip, UsageError
-from harness.probe import ProbeJob, run_probe
+from harness.probe import ProbeJob, Prober, serving
 from harness.results.store import RunStore, run_id_for
 from harness.verdicts import judge
 from harness.vocabulary import EXEC_MODES, GRAPH_LEVELS
@@ -209,6 +209,7 @@ class OptionsMatrix:
         self.jobs = max(1, jobs)
         self.observer = observer or (lambda combo, rec, reused: None)
         self.store = triage_store(plan, "options", {"version": release.version})
+        self.prober = Prober(plan.runner, self.store, plan.predicate)
         self.records: dict[str, dict] = {}
         for rec in self.store.records():
             if rec.get("version") == release.version and rec.get("combo_id"):
@@ -247,20 +248,15 @@ class OptionsMatrix:
         safe = combo.id.replace(",", "_").replace("=", "-")
         job = ProbeJob(self.plan.job.model, self.plan.job.inputs, self.plan.job.outputs, combo.session_options(),
                        self.plan.job.timeout)
-        rec = run_probe(self.plan.runner, self.release, job, self.store.work_dir(safe),
-                        self.store.outputs_path(self.release.version, safe))
-        rec.update(combo_id=combo.id, combo=combo.__dict__, session_options=combo.session_options())
-        self.store.append(rec)
+        rec = self.prober.probe(self.release, job, outputs=self.store.outputs_path(self.release.version, safe),
+                                tags={"combo_id": combo.id, "combo": combo.__dict__,
+                                      "session_options": combo.session_options()}).record
         self.records[combo.id] = rec
         return rec
 
     def run(self) -> dict[str, dict]:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from harness.runners import reusing_workers
-
         self.prepare()
-        with reusing_workers(), ThreadPoolExecutor(self.jobs) as pool:  # one release: its workers serve every combo
+        with serving(self.jobs) as pool:  # one release: its workers serve every combo
             results = list(pool.map(self.verdict, self.combos))
         return {c.id: r for c, r in zip(self.combos, results)}
 
@@ -394,13 +390,11 @@ def repeat_probe(plan, release, n: int, observer=None) -> dict:
                                           "session_options": plan.job.session_options})
     # Each invocation is its own series: earlier series stay in probes.jsonl as evidence.
     series = time.strftime("%Y%m%dT%H%M%S") + f"-{os.getpid()}"
+    prober = Prober(plan.runner, store, plan.predicate)
     runs = []
     for i in range(n):
-        rec = run_probe(plan.runner, release, plan.job, store.work_dir(f"{series}-{i}"),
-                        store.outputs_path(release.version, f"{series}-{i}"))
-        rec.update(series=series, repeat_index=i)
-        store.append(rec)
-        j = judge(rec, plan.predicate)
+        j = prober.probe(release, plan.job, outputs=store.outputs_path(release.version, f"{series}-{i}"),
+                         series=series, tags={"repeat_index": i}).judged
         runs.append(j)
         observer(i, j)
     hashes = [tuple(output_hashes(r) or ()) if r["status"] == "ran" else None for r in runs]

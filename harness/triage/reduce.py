@@ -26,7 +26,6 @@ import hashlib
 import io
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -37,7 +36,7 @@ import onnx
 from harness.graphs import surgery
 from harness.graphs.subgraph import Graph, model_bytes, needed
 from harness.models.inputs import MASK_INPUT, bad_rows, take_rows
-from harness.probe import ProbeJob, run_probe
+from harness.probe import ProbeJob, Prober, serving
 from harness.results.store import REDUCED, WORK, RunStore
 from harness.verdicts import judge
 
@@ -125,16 +124,24 @@ class Checker:
     bad: object  # Release
     store: RunStore
     log: Callable[[str], None] = lambda msg: None
-    probes: int = 0  # made now
     reused: int = 0
-    seconds: float = 0.0
     _done: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate)
         self._files = self.store.subdir("candidates")
         for rec in self.store.records():
             if rec.get("candidate"):
                 self._done[(rec["candidate"], rec["version"])] = rec
+
+    @property
+    def probes(self) -> int:
+        """Probes made now (not reused)."""
+        return self._prober.probes
+
+    @property
+    def seconds(self) -> float:
+        return self._prober.seconds
 
     def write(self, model: onnx.ModelProto | Path, arrays: dict[str, np.ndarray]) -> tuple[str, Path, Path]:
         """(candidate id, model path, inputs path); a Path model is the original file, used as it is."""
@@ -162,15 +169,11 @@ class Checker:
             if rec is not None:
                 self.reused += 1
                 return release.version, judge(rec, self.plan.predicate)["verdict"]
-            rec = run_probe(self.plan.runner, release, job, self.store.work_dir(f"{cid}-{release.version}"), None)
-            rec["candidate"] = cid
-            self.store.append(rec)
-            self._done[(cid, release.version)] = rec
-            self.probes += 1
-            self.seconds += rec.get("seconds") or 0.0
-            return release.version, judge(rec, self.plan.predicate)["verdict"]
+            probed = self._prober.probe(release, job, tags={"candidate": cid}, outputs=None)
+            self._done[(cid, release.version)] = probed.record
+            return release.version, probed.verdict
 
-        with ThreadPoolExecutor(2) as pool:
+        with serving(2) as pool:  # the pair at once
             return dict(pool.map(one, (self.good, self.bad)))
 
     def known(self, model: Path, arrays: dict[str, np.ndarray], records: dict[str, dict]) -> None:
@@ -195,10 +198,7 @@ class Checker:
             _, _, inputs_path = self.write(model_path, arrays)
             exposed = surgery.expose(model_path, names, self._files / f"exposed-{cid}", infos)
             job = ProbeJob(exposed, inputs_path, tuple(names), self.plan.job.session_options, self.plan.job.timeout)
-            rec = run_probe(self.plan.runner, self.good, job, self.store.work_dir(f"capture-{cid}"), saved)
-            rec["capture"] = cid
-            self.store.append(rec)
-            self.probes += 1
+            rec = self._prober.probe(self.good, job, tags={"capture": cid}, outputs=saved).record
             if rec["status"] != "ran" or not saved.exists():
                 return None
         with np.load(saved) as data:
@@ -376,9 +376,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
     Every candidate runs on the same two releases: their workers serve one candidate after another
     (under emulation a worker's start is most of a tiny model's probe).
     """
-    from harness.runners import reusing_workers
-
-    with reusing_workers():
+    with serving():
         return _reduce_saved_run(run_dir, cache_dir, offline, log, nodes, command)
 
 

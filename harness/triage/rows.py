@@ -126,7 +126,7 @@ def _order(plan: Plan, arrays: dict, say) -> tuple[list[int], dict]:
 def _every_row(spec: SearchSpec, plan: Plan, arrays: dict, chunks: list[list[int]], version: str, observer,
                jobs: int) -> list[dict]:
     """Every row of the batch on `version`, one probe per group of rows (a run of its own each), `jobs` at once."""
-    from concurrent.futures import ThreadPoolExecutor
+    from harness.probe import serving
 
     def probe(chunk: list[int]) -> dict:
         cplan = make_plan(dataclasses.replace(spec, inputs=subset_batch(plan, arrays, chunk), resume=None))
@@ -137,10 +137,8 @@ def _every_row(spec: SearchSpec, plan: Plan, arrays: dict, chunks: list[list[int
                 "bad_rows": [sorted(chunk)[i] for i in bad], "why": rec.get("why"),
                 "outputs": cplan.store.outputs(version) or {}}
 
-    from harness.runners import reusing_workers
-
     # one release and model: its workers serve every group, on one session when the batch alone changes
-    with reusing_workers(), ThreadPoolExecutor(max(1, jobs)) as pool:
+    with serving(jobs) as pool:
         return list(pool.map(probe, chunks))
 
 

@@ -120,10 +120,10 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
     `batch_of(rows)` is the .npz of those rows."""
     from harness.errors import EnvironmentSkip, HarnessError
     from harness.graphs import surgery
-    from harness.probe import ProbeJob, run_probe
+    from harness.probe import ProbeJob, Prober, serving
     from harness.releases.versions import Target
     from harness.results.store import load_outputs
-    from harness.runners import make_runner, native_arch, reusing_workers
+    from harness.runners import make_runner, native_arch
 
     work = plan.store.subdir("rows") / "scout"
     release = plan.releases[-1]
@@ -138,7 +138,7 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
         """The named outputs of `model` on those rows, natively on `release` (None and why, if it did not run)."""
         job = ProbeJob(model, batch_of(rows), names, dict(plan.job.session_options), plan.job.timeout)
         out = work / f"{tag}.npz"
-        rec = run_probe(runner, release, job, work / f"probe-{tag}", out)
+        rec = Prober(runner).probe(release, job, outputs=out).record
         if rec["status"] != "ran" or not out.exists():
             return None, rec.get("reason") or rec["status"]
         return load_outputs(out), ""
@@ -158,7 +158,7 @@ def host_order(plan, chunks: list[list[int]], batch_of, log) -> dict | None:
                          and got[n].shape[0] == len(two))
 
     peaks: dict[int, float] = {}
-    with reusing_workers():  # one worker for every probe of the pass, one session for every group
+    with serving():  # one worker for every probe of the pass, one session for every group
         made = scout_model(plan.job.model, work, type_unsure)
         if made is None:
             return None
