@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from packaging.version import InvalidVersion, Version
+
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics
 from harness.releases.versions import Release
@@ -271,14 +273,19 @@ def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, requ
     asked = runner.package.provider
     out = runner.run(env, request, workdir, job.timeout)
     status, reason = outcome_status(out)
-    if status == "error" and (out.result or {}).get("stage") == "import":
-        # onnxruntime or numpy will not import: the environment is damaged, not the release.
+    why = _environment_at_fault(runner, release, env, out, status)
+    if why:
+        # What ran is not the release as published: rebuilt once, and never a verdict about the release.
         runner.discard(env)
         env = _retry_prepare(runner, release)
-        if env is not None:
-            out = runner.run(env, request, workdir, job.timeout)
-            status, reason = outcome_status(out)
-            reason = f"{reason} (environment rebuilt)" if status != "ran" else "ran (environment rebuilt)"
+        if env is None:
+            raise EnvironmentSkip(f"{why}; it could not be rebuilt")
+        out = runner.run(env, request, workdir, job.timeout)
+        status, reason = outcome_status(out)
+        still = _environment_at_fault(runner, release, env, out, status)
+        if still and still != "onnxruntime would not import":
+            raise EnvironmentSkip(f"{still}, after a rebuild")
+        reason = f"{reason} (environment rebuilt: {why})" if status != "ran" else f"ran (environment rebuilt: {why})"
     info = ((out.result or {}).get("onnxruntime") or {}).get("build_info")
     if info is not None and env is not None:
         runner.note_build_info(env, info)  # `bisect versions` shows the commit of a build probed once
@@ -294,6 +301,33 @@ def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, requ
         if distinct > 1:
             status, reason = "nondeterministic", f"{distinct} different outputs in {job.repeat} identical runs"
     return out, env, status, reason, hashes
+
+
+def _environment_at_fault(runner: Runner, release: Release, env: Environment, out: ProcessOutcome,
+                          status: str) -> str | None:
+    """Why this outcome says nothing about `release`, or None: the environment would not import, holds another
+    version than the one asked for (the worker's own `onnxruntime.__version__`), or crashed the worker with
+    files that differ from what the wheel installed."""
+    res = out.result or {}
+    if status == "error" and res.get("stage") == "import":
+        return "onnxruntime would not import"
+    got = (res.get("onnxruntime") or {}).get("version")
+    if got is not None and not same_release(got, release.version):
+        return f"the environment of {release.version} holds onnxruntime {got}"
+    if status == "crash" and out.signal is not None and env is not None:
+        damaged = runner.damaged(env)
+        if damaged:
+            return f"the environment of {release.version} is damaged: {damaged}"
+    return None
+
+
+def same_release(reported: str, asked: str) -> bool:
+    """Whether the worker's `onnxruntime.__version__` is the release asked for (a build may report it without a
+    pre-release or local suffix: 1.24.0 for 1.24.0.dev20251201)."""
+    try:
+        return Version(reported).release == Version(asked).release
+    except InvalidVersion:
+        return reported == asked
 
 
 def _output_hashes(result: dict | None) -> tuple | None:

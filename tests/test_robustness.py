@@ -163,3 +163,67 @@ def test_two_runs_share_one_cache(fresh_cache, residual_norm, tmp_path):
     assert first == {"1.19.0": "good", "1.19.2": "good", "1.20.0": "bad"}
     assert second == {"1.19.0": "good", "1.19.2": "good", "1.20.0": "good"}
     assert len(list(fresh_cache.glob("envs/*/onnxruntime-*/ortbisect-ready.json"))) == 3
+
+
+def _replace(path: Path, content: bytes) -> None:
+    """A new file in place of `path`: uv links an environment's files to its own cache, so writing into one
+    would damage every environment of that wheel on this machine."""
+    path.unlink()
+    path.write_bytes(content)
+
+
+def _site(cache: Path, version: str) -> Path:
+    (site,) = cache.glob(f"envs/*/onnxruntime-{version}/lib/python*/site-packages")
+    return site
+
+
+def test_an_environment_holding_another_release_is_rebuilt_not_judged(fresh_cache, residual_norm, tmp_path):
+    """A cached 1.20.0 environment that holds the 1.19.2 package (a cache restored from another machine, a
+    hand-made install): the worker's own version is compared with the release asked, the environment rebuilt,
+    and 1.20.0 is judged on 1.20.0 (bad), not called good on 1.19.2's behalf."""
+    model, batch = residual_norm
+    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0")
+    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    wrong, right = _site(fresh_cache, "1.20.0"), _site(fresh_cache, "1.19.2")
+    shutil.rmtree(wrong)
+    shutil.copytree(right, wrong, symlinks=True)  # 1.20.0's environment now holds 1.19.2
+    second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr  # the boundary again, not "no boundary" (exit 3)
+    rec = next(r for r in probes(tmp_path / "r2") if r["version"] == "1.20.0")
+    assert rec["result"]["onnxruntime"]["version"] == "1.20.0"
+    assert "environment rebuilt: the environment of 1.20.0 holds onnxruntime 1.19.2" in rec["reason"]
+
+
+def test_a_damaged_library_that_crashes_the_worker_is_no_verdict(fresh_cache, residual_norm, tmp_path):
+    """onnxruntime's compiled module cut short in a cached environment: the worker dies by a signal (or fails
+    to import). The installed files are checked against the wheel's RECORD before a crash can be a verdict:
+    the environment is rebuilt and the probe runs; with --bad-if crash there is no false boundary."""
+    model, batch = residual_norm
+    args = ("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
+            "--bad-if", "crash")
+    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
+    assert first.returncode == 3, first.stderr
+    (lib,) = _site(fresh_cache, "1.19.2").glob("onnxruntime/capi/onnxruntime_pybind11_state*.so")
+    data = lib.read_bytes()
+    _replace(lib, data[: len(data) // 2])
+    second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
+    assert second.returncode == 3, second.stderr
+    (rec,) = probes(tmp_path / "r2")
+    # the worker died by a signal on the cut library; the RECORD check, not the import, caught it
+    assert rec["status"] == "ran" and "is damaged: onnxruntime/capi/" in rec["reason"], rec["reason"]
+    assert lib.stat().st_size == len(data)
+
+
+def test_installed_files_are_checked_against_the_wheels_record(fresh_cache, residual_norm, tmp_path):
+    from harness.runners.base import installed_files_damaged
+
+    model, batch = residual_norm
+    subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
+                           cache=fresh_cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
+    site = _site(fresh_cache, "1.19.2")
+    assert installed_files_damaged(site.parents[2], "onnxruntime") is None
+    target = site / "onnxruntime" / "__init__.py"
+    _replace(target, target.read_bytes() + b"\n# changed\n")
+    said = installed_files_damaged(site.parents[2], "onnxruntime")
+    assert said is not None and "onnxruntime/__init__.py" in said

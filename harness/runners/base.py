@@ -13,7 +13,10 @@ its `bisect setup` step and how a report describes a run of it. The registry
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import csv
+import hashlib
 import json
 import platform
 import shlex
@@ -168,6 +171,12 @@ class Runner(ABC):
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
 
+    def damaged(self, env: Environment) -> str | None:
+        """Which installed file of the package differs from what its installer recorded (RECORD's sha256 and
+        size), or None: an environment that crashed a worker is checked before the crash can be a verdict.
+        None, too, where the files cannot be read here."""
+        return installed_files_damaged(env.path, self.package.name)
+
     def build_info(self, release: Release, install: bool = False) -> str | None:
         """`get_build_info()` of the release's build as a probe of it (or an earlier call) noted it; with
         `install`, read in its environment (installed first); None where this backend cannot tell."""
@@ -178,6 +187,37 @@ class Runner(ABC):
 
 
 READY = "ortbisect-ready.json"
+
+
+def installed_files_damaged(root: Path, dist: str) -> str | None:
+    """The first file of distribution `dist` under `root` (an environment or site directory) whose size or
+    sha256 is not what the wheel's RECORD says, or None when all match or there is no RECORD to check."""
+    wanted = dist.lower().replace("-", "_").replace(".", "_")
+    records = [r for r in root.glob("**/*.dist-info/RECORD")
+               if r.parent.name.lower().split("-")[0] == wanted]
+    for record in records:
+        site = record.parent.parent
+        try:
+            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            return f"{record}: unreadable ({exc})"
+        for row in rows:
+            if len(row) != 3 or not row[1].startswith("sha256="):
+                continue  # RECORD itself, and files written after the install (bytecode)
+            name, digest, size = row
+            path = site / name
+            try:
+                if size and path.stat().st_size != int(size):
+                    return f"{name} is {path.stat().st_size} bytes, the wheel installed {size}"
+                h = hashlib.sha256()
+                with open(path, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+            except (OSError, ValueError) as exc:
+                return f"{name}: {getattr(exc, 'strerror', None) or exc}"
+            if base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() != digest[len("sha256="):]:
+                return f"{name} differs from the file the wheel installed (sha256)"
+    return None
 
 
 def locked_build(path: Path, version: str, build) -> Environment:
