@@ -151,8 +151,8 @@ def dev_builds(cache_dir) -> dict:
     made = {f"1.20.0.dev{i}": wheelhouse.reversioned(good if i <= 2 else bad, f"1.20.0.dev{i}", cache_dir)
             for i in (1, 2, 3, 4)}
     wheels = [good, bad, *made.values()]
-    return {"wheels": wheels, "links": wheelhouse.find_links_dir(cache_dir / "test-wheels" / "find-links", wheels),
-            "index": wheelhouse.simple_index(cache_dir / "test-wheels" / "simple", "onnxruntime", wheels)}
+    return {"wheels": wheels, "links": wheelhouse.find_links_dir(cache_dir / "test-wheels" / wheelhouse.REVERSIONED / "find-links", wheels),
+            "index": wheelhouse.simple_index(cache_dir / "test-wheels" / wheelhouse.REVERSIONED / "simple", "onnxruntime", wheels)}
 
 
 @X86
@@ -178,7 +178,8 @@ def test_a_bisection_over_development_builds_names_the_first_bad_one(bisect, dev
     # the builds are the 1.19.2 and 1.20.0 binaries: their commits tell them apart
     assert by_version["1.20.0.dev3"]["commit"] != by_version["1.20.0.dev2"]["commit"]
     recs = records(results, doc["run_id"])
-    assert {rec["result"]["onnxruntime"]["version"] for rec in recs} == {"1.19.2", "1.20.0"}
+    # as nightlies built from main, every build reports the base release 1.20.0 as its __version__
+    assert {rec["result"]["onnxruntime"]["version"] for rec in recs} == {"1.20.0"}
     assert all(rec["provenance"]["find_links"] == [str(dev_builds["links"])] for rec in recs)
 
 

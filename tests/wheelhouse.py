@@ -3,9 +3,10 @@
 A release wheel is downloaded once from the index uv is configured with (its
 PEP 691 page gives the file's URL and sha256) into the shared test cache. A
 development build is a release wheel re-versioned with the `wheel` tool
-(`wheel unpack`, the dist-info's version and directory renamed, `wheel
-pack`): the same binary under another version number, as a nightly or a
-wheel built at a commit would be. Both are kept in the cache, so a warm run
+(`wheel unpack`, the dist-info's version and directory renamed, the
+package's `__version__` set to the build's base release as a nightly built
+from main reports it, `wheel pack`): the same binary under another version
+number, as a nightly or a wheel built at a commit would be. Both are kept in the cache, so a warm run
 makes neither again.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -22,6 +24,7 @@ from urllib.parse import urljoin
 
 import httpx
 from packaging.utils import parse_wheel_filename
+from packaging.version import Version
 
 from harness.releases.uvtool import uv_bin
 from harness.releases.versions import (
@@ -30,6 +33,10 @@ from harness.releases.versions import (
     configured_index_url,
     fetch_project,
 )
+
+
+# Bumped when what reversioned() makes changes, so no build made the old way is served from the cache.
+REVERSIONED = "reversioned-2"
 
 
 def release_wheel(cache_dir: Path, package: str, version: str, target: Target) -> Path:
@@ -66,7 +73,7 @@ def reversioned(wheel: Path, version: str, cache_dir: Path) -> Path:
     """`wheel` as the build `version` (1.20.0.dev3), made with the wheel tool once and kept in the cache."""
     dist, old, _, _ = parse_wheel_filename(wheel.name)
     dist_dir = dist.replace("-", "_")
-    out = cache_dir / "test-wheels" / "reversioned" / f"{wheel.stem}-as-{version}"
+    out = cache_dir / "test-wheels" / REVERSIONED / f"{wheel.stem}-as-{version}"
     made = list(out.glob("*.whl"))
     if made:
         return made[0]
@@ -79,6 +86,11 @@ def reversioned(wheel: Path, version: str, cache_dir: Path) -> Path:
         lines = meta.read_text().splitlines(keepends=True)
         lines = [f"Version: {version}\n" if ln.startswith("Version:") else ln for ln in lines]
         meta.write_text("".join(lines))
+        init = unpacked / dist_dir / "__init__.py"
+        if init.exists():  # a nightly of 1.20.0 says 1.20.0: the worker's check compares the release part
+            base = Version(version).base_version
+            init.write_text(re.sub(r'^__version__ = ".*"$', f'__version__ = "{base}"', init.read_text(),
+                                   count=1, flags=re.M))
         info.rename(unpacked / f"{dist_dir}-{version}.dist-info")
         renamed = unpacked.rename(tmp / f"{dist_dir}-{version}")
         packed = tmp / "packed"
