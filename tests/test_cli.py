@@ -11,7 +11,7 @@ import click
 import pytest
 
 from harness import cli
-from harness.errors import HarnessError, UsageError
+from harness.errors import HarnessError, Terminated, UsageError
 from harness.results.store import RunStore
 
 
@@ -46,6 +46,7 @@ def interrupted_after_saying_so():
     (raises(HarnessError("cannot record the probe of 1.20.0")), 1, "cannot record the probe of 1.20.0"),
     (raises(KeyboardInterrupt()), 130, "interrupted"),
     (raises(click.exceptions.Abort()), 130, "interrupted"),
+    (raises(Terminated()), 143, "terminated"),  # SIGTERM, as harness.cli raises it
     (interrupted_after_saying_so, 130, "interrupted"),
 ])
 def test_a_failure_with_json_is_one_json_object_on_stdout(monkeypatch, capsys, body, status, message):
