@@ -156,7 +156,7 @@ class RunStore:
             manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
         except OSError as exc:
-            raise UsageError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
+            raise HarnessError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
         return store
 
     def manifest(self) -> dict | None:
