@@ -104,6 +104,7 @@ CASES = [
     ("reference not numbers", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_text.npz"], "y holds <U1 values"),
     ("reference is a directory", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/a-dir"],
      "--reference {dir}/a-dir: is a directory, not an .npz file"),
+    ("python not a version", ["--python", "3.11/../.."], "--python '3.11/../..': not a Python version"),
     ("python without wheels", ["--python", "2.7"],
      "--python 2.7: no onnxruntime release of 1.19.0..1.20.0 has a wheel for x86_64 / Python 2.7"),
     ("resume unknown run", ["--resume", "no-such-run"], "--resume no-such-run: no such run in "),
