@@ -19,8 +19,14 @@ import click
 from rich.markup import escape
 
 from harness import __version__
-from harness.commands.common import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_USAGE, err
-from harness.errors import EnvironmentSkip, HarnessError, UsageError
+from harness.commands.common import (
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    STOPPED,
+    err,
+    stopped_status,
+)
+from harness.errors import EnvironmentSkip, HarnessError, Terminated, UsageError
 from harness.results.store import TornLineWarning
 
 COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
@@ -47,11 +53,12 @@ def cli():
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command. A failure is an exit status (1 environment or internal, 2 bad input, 130
-    interrupted), one line on stderr and, when the command line has --json, one JSON object
+    interrupted, 143 terminated), one line on stderr and, when the command line has --json, one JSON object
     `{"error": ..., "exit_status": ...}` on stdout."""
     args = sys.argv[1:] if argv is None else list(argv)
     if argv is None:  # the process is ours: `kill -USR1 PID` prints every thread's stack (to diagnose a hang)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
+        signal.signal(signal.SIGTERM, _terminated)
     as_json = "--json" in (args[:args.index("--")] if "--" in args else args)
     shown = warnings.showwarning
 
@@ -72,18 +79,28 @@ def main(argv: list[str] | None = None) -> int:
             raise
     if message is not None:
         if not said:
-            err.print(message if status == EXIT_INTERRUPTED else f"error: {escape(message)}")
+            err.print(message if status in STOPPED else f"error: {escape(message)}")
         if as_json:
             click.echo(json.dumps({"error": message, "exit_status": status}))
     return status
+
+
+def _terminated(signum, frame) -> None:
+    """SIGTERM stops the command as Ctrl-C does (workers ended, finished probes kept), with its own status.
+
+    A second SIGTERM while that runs is let go: raised inside the cleanup, it would cut short the killing
+    of the workers it is there for. SIGKILL still ends the process at once."""
+    signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: a process started now keeps SIGTERM
+    raise Terminated()
 
 
 def _run(args: list[str]) -> tuple[int, str | None, bool]:
     """(exit status, the failure's one line or None, whether the command has said it already)."""
     try:
         rc = cli.main(args=args, standalone_mode=False)
-    except (click.exceptions.Abort, KeyboardInterrupt):
-        return EXIT_INTERRUPTED, "interrupted", False
+    except (click.exceptions.Abort, KeyboardInterrupt) as exc:
+        status = stopped_status(exc)
+        return status, STOPPED[status], False
     except click.ClickException as exc:
         return EXIT_USAGE, exc.format_message(), False
     except (UsageError, EnvironmentSkip) as exc:
@@ -91,8 +108,8 @@ def _run(args: list[str]) -> tuple[int, str | None, bool]:
     except HarnessError as exc:
         return EXIT_FAILURE, str(exc), False
     rc = rc if isinstance(rc, int) else 0
-    if rc == EXIT_INTERRUPTED:  # the command stopped and said so (what is saved, how to resume)
-        return rc, "interrupted", True
+    if rc in STOPPED:  # the command stopped and said so (what is saved, how to resume)
+        return rc, STOPPED[rc], True
     return rc, None, False  # a command that returns 1 or 2 has printed its own result (matrix: "failed")
 
 

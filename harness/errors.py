@@ -11,3 +11,8 @@ class EnvironmentSkip(Exception):
 
 class HarnessError(Exception):
     """The harness cannot go on (results cannot be written, ...): exit status 1, one line."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread where Ctrl-C raises KeyboardInterrupt: every handler that ends the
+    workers and keeps the finished probes on Ctrl-C does the same on SIGTERM (exit status 143, not 130)."""

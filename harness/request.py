@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,13 @@ def seconds(value, flag: str = "--timeout") -> float:
     return float(value)
 
 
+def python_version(text: str, flag: str = "--python") -> str:
+    """A Python version as MAJOR.MINOR (3.11): it names the probe environments' directories and goes to uv."""
+    if not re.fullmatch(r"[0-9]+\.[0-9]+", str(text)):
+        raise UsageError(f"{flag} {text!r}: not a Python version (MAJOR.MINOR, e.g. 3.11)")
+    return str(text)
+
+
 def directory(path: Path, flag: str) -> Path:
     """`path` if it is a directory or can be made one: neither it nor a parent on its way is a file."""
     path = Path(path)
@@ -212,6 +220,7 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
                          "--reference-release V or --reference FILE.npz")
 
     package(spec.package)
+    python_version(spec.python)
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
                          spec.package, spec.engines)
     if spec.memory_limit_mb and not runner.supports_memory_limit:

@@ -115,6 +115,17 @@ def external_data_model(path: Path) -> Path:
     return save(residual_norm_model(), path, external=True)
 
 
+def relocate_external_data(path: Path, location: str) -> Path:
+    """The model file at `path` rewritten so that its external data entries name `location` (nothing else moves)."""
+    model = onnx.load(str(path), load_external_data=False)
+    for t in model.graph.initializer:
+        for entry in t.external_data:
+            if entry.key == "location":
+                entry.value = location
+    path.write_bytes(model.SerializeToString())
+    return path
+
+
 def residual_overflow_model(width: int = 8) -> onnx.ModelProto:
     """fp16 residual Adds whose sum passes 65504, scaled back down, then x / x.
 

@@ -55,6 +55,11 @@ def nothing_provisioned(monkeypatch):
     yield
 
 
+def refuse(*args, **kwargs):
+    """In place of a step that must not be reached (the search, a probe): the request got that far."""
+    raise ProbeStarted("reached")
+
+
 def run(*args) -> Result:
     """`bisect ARGS` in this process; an exception other than ProbeStarted propagates (a traceback)."""
     out, err = io.StringIO(), io.StringIO()

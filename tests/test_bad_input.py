@@ -23,6 +23,15 @@ def files(tmp_path_factory):
     (d / "empty.onnx").write_bytes(b"")
     ext = builders.external_data_model(d / "ext.onnx")
     (d / "ext.onnx_data").unlink()
+    # external data onnxruntime would read short, or from outside the model's directory (each file is there)
+    builders.external_data_model(d / "trunc.onnx")
+    (d / "trunc.onnx_data").write_bytes((d / "trunc.onnx_data").read_bytes()[:10])
+    (d / "deep" / "er").mkdir(parents=True)
+    builders.external_data_model(d / "deep" / "er" / "up.onnx")
+    (d / "deep" / "er" / "up.onnx_data").rename(d / "elsewhere.data")
+    builders.relocate_external_data(d / "deep" / "er" / "up.onnx", "../../elsewhere.data")
+    builders.external_data_model(d / "abs.onnx")
+    builders.relocate_external_data(d / "abs.onnx", str(d / "elsewhere.data"))
     np.savez(d / "names.npz", y=np.ones((4, 8), np.float16))
     np.savez(d / "dtype.npz", x=np.ones((4, 8), np.float32))
     np.savez(d / "rank.npz", x=np.ones(8, np.float16))
@@ -51,6 +60,12 @@ CASES = [
     ("missing model", ["--model", "{dir}/nope.onnx"], "no such file"),
     ("corrupt model", ["--model", "{dir}/corrupt.onnx"], "not a readable ONNX model"),
     ("missing external data", ["--model", "{dir}/ext.onnx"], "external data file ext.onnx_data is missing"),
+    ("truncated external data", ["--model", "{dir}/trunc.onnx"], "--model {dir}/trunc.onnx: tensor /model/norm/weight: "
+     "external data file trunc.onnx_data holds 10 bytes, the tensor's are bytes 0..16"),
+    ("external data out of the model's directory", ["--model", "{dir}/deep/er/up.onnx"],
+     "tensor /model/norm/weight: external data location '../../elsewhere.data' leaves the model's directory"),
+    ("external data at an absolute path", ["--model", "{dir}/abs.onnx"],
+     "tensor /model/norm/weight: external data location '{dir}/elsewhere.data' is an absolute path"),
     ("input names", ["--inputs", "{dir}/names.npz"], "inputs do not match the model"),
     ("input dtype", ["--inputs", "{dir}/dtype.npz"], "input x: dtype float32, the model expects float16"),
     ("input rank", ["--inputs", "{dir}/rank.npz"], "input x: rank 1, the model expects 2"),
@@ -89,6 +104,7 @@ CASES = [
     ("reference not numbers", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_text.npz"], "y holds <U1 values"),
     ("reference is a directory", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/a-dir"],
      "--reference {dir}/a-dir: is a directory, not an .npz file"),
+    ("python not a version", ["--python", "3.11/../.."], "--python '3.11/../..': not a Python version"),
     ("python without wheels", ["--python", "2.7"],
      "--python 2.7: no onnxruntime release of 1.19.0..1.20.0 has a wheel for x86_64 / Python 2.7"),
     ("resume unknown run", ["--resume", "no-such-run"], "--resume no-such-run: no such run in "),

@@ -7,11 +7,14 @@ import os
 import subprocess
 import sys
 
+import builders
 import click
+import inproc
+import numpy as np
 import pytest
 
 from harness import cli
-from harness.errors import HarnessError, UsageError
+from harness.errors import HarnessError, Terminated, UsageError
 from harness.results.store import RunStore
 
 
@@ -46,6 +49,7 @@ def interrupted_after_saying_so():
     (raises(HarnessError("cannot record the probe of 1.20.0")), 1, "cannot record the probe of 1.20.0"),
     (raises(KeyboardInterrupt()), 130, "interrupted"),
     (raises(click.exceptions.Abort()), 130, "interrupted"),
+    (raises(Terminated()), 143, "terminated"),  # SIGTERM, as harness.cli raises it
     (interrupted_after_saying_so, 130, "interrupted"),
 ])
 def test_a_failure_with_json_is_one_json_object_on_stdout(monkeypatch, capsys, body, status, message):
@@ -113,3 +117,35 @@ def test_a_command_imports_no_other_command():
     loaded = proc.stdout.splitlines()[-1].split()
     assert "harness.commands.run" in loaded, proc.stdout
     assert set(loaded) <= {"harness.commands.common", "harness.commands.run"}, loaded
+
+
+@pytest.mark.parametrize("how", ["read-only", "full"])
+def test_results_that_cannot_be_written_at_the_start_are_exit_1(listing, tmp_path, monkeypatch, how):
+    """A results directory on a read-only or a full filesystem when `bisect run` opens its run: the environment
+    failed (exit 1, README's "results cannot be written"), not bad input (2); one line, and the --json object."""
+    from harness.runners import REGISTRY, Runner
+
+    model = builders.save(builders.residual_norm_model(), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", **builders.residual_norm_inputs())
+    results = tmp_path / "res"
+    results.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k" + (",ro" if how == "read-only" else ""), "tmpfs",
+                        str(results)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount here ({r.stderr.strip()})")
+    try:
+        if how == "full":
+            with open(results / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        for cls in REGISTRY.values():  # the backend is ready; no probe may start (a store that opened is a failure)
+            monkeypatch.setattr(cls, "provision", Runner.provision)
+        monkeypatch.setattr("harness.session.run_search", inproc.refuse)
+        r = inproc.run("run", "--offline", "--model", model, "--inputs", tmp_path / "b.npz", "--from", "1.19.0",
+                       "--to", "1.20.0", "--cache-dir", listing.parent, "--results-dir", results, "--json")
+    finally:
+        subprocess.run(["umount", str(results)], check=True)
+    assert r.returncode == 1, r.stderr
+    assert len(r.lines) == 1 and r.lines[0].startswith(f"error: cannot write results to {results}/"), r.stderr
+    assert ("Read-only file system" if how == "read-only" else "No space left on device") in r.lines[0]
+    assert json.loads(r.stdout) == {"error": r.lines[0].removeprefix("error: "), "exit_status": 1}

@@ -324,6 +324,21 @@ def test_page_is_self_contained_and_escapes_results(tmp_path):
         assert (site / urllib.request.url2pathname(href)).is_file(), href
 
 
+def test_a_summary_whose_cell_key_climbs_out_links_to_its_own_file(tmp_path):
+    """A results directory is evidence from elsewhere: a summary saying its cell key is `../../../../x` must not
+    make the page link out of the site; the link is the summary's own file, copied into the site."""
+    results = synthetic(tmp_path / "results")
+    summary = results / "fused-x86_64-1" / "cells" / "k.json"
+    summary.write_text(json.dumps({**json.loads(summary.read_text()), "cell": {"key": "../../../../x"}}))
+    site = tmp_path / "site"
+    text = dashboard.build(results, site).read_text()
+    hrefs = __import__("re").findall(r'href="(data/[^"]+)"', text)
+    assert "data/fused-x86_64-1/cells/k.json" in hrefs, hrefs
+    for href in hrefs:
+        target = (site / urllib.request.url2pathname(href)).resolve()
+        assert target.is_relative_to(site.resolve()) and target.is_file(), href
+
+
 def test_opens_in_headless_chromium_without_errors_or_network(browser, tmp_path):
     site = tmp_path / "site"
     page = dashboard.build(synthetic(tmp_path / "results"), site)

@@ -116,6 +116,41 @@ def test_bad_matrix_is_one_line_exit_2(tiny, edit, message):
 
 NATIVE = platform.machine()
 FOREIGN = "aarch64" if NATIVE == "x86_64" else "x86_64"
+ALIAS = {"x86_64": "amd64", "aarch64": "arm64"}.get(NATIVE, NATIVE)
+
+ONE_MODEL = '[[models]]\npath = "residual_norm.onnx"\ninputs = "batch.npz"\n'
+NATIVE_TARGET = f'[[targets]]\narch = "{NATIVE}"\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    (f'mode = []\nreleases = {{ since = "1.19.0" }}\n{ONE_MODEL}{NATIVE_TARGET}', "mode = []: no cells"),
+    (f'python = "3.11/../.."\nreleases = {{ since = "1.19.0" }}\n{ONE_MODEL}{NATIVE_TARGET}',
+     "python '3.11/../..': not a Python version (MAJOR.MINOR, e.g. 3.11)"),
+    (f'python = 3.10\nreleases = {{ since = "1.19.0" }}\n{ONE_MODEL}{NATIVE_TARGET}', "python 3.1: give the version as a string"),
+    (f'releases = {{ since = "1.19.0" }}\n{ONE_MODEL}outputs = ["y", "nope"]\n{NATIVE_TARGET}',
+     "[[models]] #1: output 'nope': the model has no such output (its outputs: y)"),
+    (f'releases = {{ since = "1.19.0" }}\n{ONE_MODEL}{NATIVE_TARGET}[[targets]]\narch = "{ALIAS}"\n',
+     f"cells 0 and 1 are the same search (residual_norm/{NATIVE}/auto/bisect)"),
+    (f'mode = ["sweep", "sweep"]\nreleases = {{ since = "1.19.0" }}\n{ONE_MODEL}{NATIVE_TARGET}',
+     "cells 0 and 1 are the same search"),
+], ids=["no-mode", "python-path", "python-float", "unknown-output", "arch-alias", "mode-twice"])
+def test_a_matrix_that_asks_nothing_or_the_same_twice_or_a_bad_name_is_refused(tiny, text, message):
+    """`matrix cells` refuses what would make no cell, a cell twice, an environment path that is not a Python
+    version or an output the model has not got: one line, exit 2, before any cell is listed."""
+    path = tiny / "refused.toml"
+    path.write_text(text)
+    line = one_line_error(ob("matrix", "cells", path))
+    assert message in line, line
+
+
+def test_outputs_of_a_registered_model_are_said_to_be_checked_when_the_cell_runs(tiny):
+    path = tiny / "registered.toml"
+    path.write_text(f'releases = {{ since = "1.19.0" }}\n[[models]]\nname = "gemma-tiny-fused"\noutputs = ["nope"]\n'
+                    f'{NATIVE_TARGET}')
+    r = ob("matrix", "cells", path, "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(r.json()["include"]) == 1
+    assert "note: [[models]] #1 outputs nope: checked when the cell runs" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("target, message", [

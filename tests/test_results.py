@@ -134,3 +134,14 @@ def test_a_failed_append_takes_back_only_what_it_wrote(store, monkeypatch):
         store.append(rec("1.3"))
     monkeypatch.undo()
     assert [r["version"] for r in store.records()][-1] == "1.4"  # the other run's record is never cut
+
+
+@pytest.mark.parametrize("key", ["../../x", "a/b", "..", ".", "", "x\0y"])
+def test_a_summary_key_is_one_file_name_in_the_run(store, key):
+    """What names a summary's file (a matrix cell's key, a search's mode-range-predicate) cannot put it, or a
+    link to it, anywhere but cells/ of its run."""
+    before = sorted(store.dir.parent.rglob("*"))
+    with pytest.raises(HarnessError, match="not a summary key"):
+        store.save_summary(key, {"cell": {"key": key}})
+    assert sorted(store.dir.parent.rglob("*")) == before
+    assert store.save_summary("sweep-1.19.0-1.25.0.dev20250101-max-abs_1e4", {}).parent == store.dir / "cells"

@@ -159,6 +159,59 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
     assert sum(p["reused"] for p in doc["probes"]) == len(before)
 
 
+def _processes_with(env_entry: str) -> list[int]:
+    """The pids of every process whose environment holds `env_entry` (NAME=value)."""
+    found = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and env_entry.encode() in (d / "environ").read_bytes().split(b"\0"):
+                found.append(int(d.name))
+        except OSError:  # ended meanwhile, or not ours to read
+            pass
+    return found
+
+
+def test_sigterm_ends_the_workers_and_keeps_what_finished(cache_dir, tmp_path):
+    """SIGTERM to `bisect run` (a service manager's stop, `timeout`) while its second worker is held inside
+    its probe: as on Ctrl-C the harness ends its workers before it exits (none is left to keep a core busy),
+    the finished probe stays saved, the exit status is 143 and --json prints one error object."""
+    from harness.probe import HOLD_DIR_ENV
+
+    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
+    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
+            "--from", "1.19.0", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir",
+            str(tmp_path / "res"), "--json"]
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **gate.env})
+    worker = None
+    try:
+        gate.let_go(gate.next_running(proc))
+        worker = gate.next_running(proc)  # the second probe's worker, held before run()
+        (probes,) = (tmp_path / "res").rglob("probes.jsonl")
+        wait_for(lambda: len(probes.read_text().splitlines()) == 1, "the first probe to be recorded")
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr: where it hangs
+            time.sleep(2)
+            proc.kill()
+            raise AssertionError(f"the harness did not end 60 s after SIGTERM:\n{proc.communicate()[1][-8000:]}")
+        # looked at the moment the harness is gone: a worker it left behind has not noticed yet
+        left = _processes_with(f"{HOLD_DIR_ENV}={gate.directory}")
+    finally:
+        proc.kill()
+        if worker is not None:
+            gate.open()  # a worker left behind runs its short probe and ends
+    assert not Path(f"/proc/{worker}").exists() and not left, f"workers outlived the harness: {left}\n{stderr}"
+    assert proc.returncode == 143, stderr
+    assert json.loads(stdout) == {"error": "terminated", "exit_status": 143}
+    assert "terminated: 1 finished probes are saved" in stderr and "Traceback" not in stderr, stderr
+    assert len(probes.read_text().splitlines()) == 1
+
+
 def test_nondeterministic_model_is_neither_good_nor_bad(bisect, tmp_path, residual_norm):
     model = builders.save(builders.noisy_model(), tmp_path / "noisy.onnx")
     np.savez(tmp_path / "b.npz", x=np.ones((2, 4), np.float32))

@@ -13,6 +13,7 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
+from harness.errors import Terminated
 from harness.vocabulary import (
     DEFAULT_EP,
     DEFAULT_PACKAGE,
@@ -23,7 +24,9 @@ from harness.vocabulary import (
 
 EXIT_FAILURE = 1  # the environment or the harness failed (results cannot be written, ...)
 EXIT_USAGE = 2  # bad input, refused before any probe
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): what finished is saved
+EXIT_TERMINATED = 143  # SIGTERM (128 + 15), handled as Ctrl-C is
+STOPPED = {EXIT_INTERRUPTED: "interrupted", EXIT_TERMINATED: "terminated"}  # the one-line message of each
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
@@ -35,6 +38,11 @@ def print_json(doc) -> None:
         out.print_json(data=doc)
     else:
         click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+
+
+def stopped_status(exc: BaseException) -> int:
+    """The exit status of a command stopped by Ctrl-C or SIGTERM (click wraps either in its Abort)."""
+    return EXIT_TERMINATED if isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated) else EXIT_INTERRUPTED
 
 
 # -- parameter types and checks shared by the option groups -------------------------------

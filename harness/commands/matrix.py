@@ -32,6 +32,8 @@ def cells(matrix_file, as_json):
     from harness.nightly.matrix import load
 
     m = load(matrix_file)
+    for note in m.notes:
+        err.print(f"note: {escape(note)}")
     docs = [c.as_json() for c in m.cells]
     if as_json:
         click.echo(json.dumps({"include": docs}, separators=(",", ":")))

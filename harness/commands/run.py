@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from harness.commands.common import (
-    EXIT_INTERRUPTED,
+    STOPPED,
     compose,
     err,
     log_to_stderr,
@@ -18,6 +18,7 @@ from harness.commands.common import (
     range_options,
     reduced_option,
     search_spec,
+    stopped_status,
     store_options,
     target_options,
 )
@@ -64,8 +65,8 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     docs = []
     for spec in specs:
         doc = _search_one(spec, opts, sweep)
-        if doc is None:
-            return EXIT_INTERRUPTED
+        if isinstance(doc, int):  # stopped (Ctrl-C or SIGTERM), and said what is saved
+            return doc
         docs.append(doc)
     for d in docs:
         d["reduced_repro"] = reduced
@@ -76,7 +77,7 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     return min(exit_status(d) for d in docs)  # a boundary found on any arch is a finding
 
 
-def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
+def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
     from harness.plan import make_plan
     from harness.report.terminal import (
         ProbeLines,
@@ -103,11 +104,12 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | None:
                 from harness.explain.boundary import explain_search
 
                 explain_search(found, log=log_to_stderr)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
+            status = stopped_status(exc)
             done = len(plan.store.records())
-            err.print(f"interrupted: {done} finished probes are saved in {plan.store.dir}; "
+            err.print(f"{STOPPED[status]}: {done} finished probes are saved in {plan.store.dir}; "
                       f"run the same command again (or --resume {plan.store.run_id}) to continue")
-            return None
+            return status
     doc = found.doc
     if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] == "regression":
         from harness.triage.reduce import reduce_saved_run

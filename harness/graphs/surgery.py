@@ -17,7 +17,8 @@ from pathlib import Path
 
 import onnx
 from onnx import TensorProto, helper
-from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+from harness.graphs.external import external_tensors, location_problem
 
 FLOAT_TYPES = {TensorProto.FLOAT16, TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.BFLOAT16}
 UNKNOWN = TensorProto.UNDEFINED
@@ -232,22 +233,9 @@ def intermediates(model: onnx.ModelProto, dim_values: dict[str, int] | None = No
 # --- exposing tensors --------------------------------------------------------------------
 
 
-def _all_tensors(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
-            yield from attr.tensors
-            if attr.HasField("g"):
-                yield from _all_tensors(attr.g)
-            for sub in attr.graphs:
-                yield from _all_tensors(sub)
-
-
 def external_locations(model: onnx.ModelProto) -> list[str]:
     """Relative locations of the external data files the model refers to."""
-    return sorted({ExternalDataInfo(t).location for t in _all_tensors(model.graph) if uses_external_data(t)})
+    return sorted({x.location for x in external_tensors(model)})
 
 
 def link_external_data(model_dir: Path, locations: list[str], dest: Path, mode: str = "auto") -> list[tuple[Path, str]]:
@@ -264,6 +252,8 @@ def link_external_data(model_dir: Path, locations: list[str], dest: Path, mode: 
     done = []
     same_dir = Path(dest).resolve() == Path(model_dir).resolve()
     for loc in locations:
+        if location_problem(loc):  # a link made at it would be one outside `dest`
+            raise ValueError(f"external data location {loc!r} {location_problem(loc)}")
         src = (Path(model_dir) / loc).resolve()
         link = Path(dest) / loc
         if same_dir:  # the model's own directory: its files are never touched

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import UsageError
+from harness.graphs.external import ExternalTensor, location_problem
 from harness.results.store import write_atomic
 
 if TYPE_CHECKING:
@@ -62,14 +63,19 @@ class Facts:
     outputs: tuple[Port, ...]
     tensors: frozenset[str]  # every node output and graph output (what --dump may name)
     nodes: frozenset[str]  # every node's key (what --node may name)
-    data_files: tuple[str, ...]  # external data locations, relative to the model
+    external: tuple[ExternalTensor, ...]  # each tensor kept in an external data file: which file, which bytes
     fp16: bool  # any fp16 value or weight (else the model is its own fp32 version)
+
+    @property
+    def data_files(self) -> tuple[str, ...]:
+        """The external data locations, relative to the model."""
+        return tuple(sorted({x.location for x in self.external}))
 
     def to_json(self) -> dict:
         return {"inputs": [[p.name, p.dtype, p.dims] for p in self.inputs],
                 "outputs": [[p.name, p.dtype, p.dims] for p in self.outputs],
                 "tensors": sorted(self.tensors), "nodes": sorted(self.nodes),
-                "data_files": list(self.data_files), "fp16": self.fp16}
+                "external": [[x.tensor, x.location, x.offset, x.length] for x in self.external], "fp16": self.fp16}
 
     @classmethod
     def from_json(cls, doc: dict) -> "Facts":
@@ -77,7 +83,7 @@ class Facts:
             return tuple(Port(n, d, None if dims is None else tuple(dims)) for n, d, dims in rows)
 
         return cls(ports(doc["inputs"]), ports(doc["outputs"]), frozenset(doc["tensors"]), frozenset(doc["nodes"]),
-                   tuple(doc["data_files"]), bool(doc["fp16"]))
+                   tuple(ExternalTensor(*x) for x in doc["external"]), bool(doc["fp16"]))
 
 
 @dataclass
@@ -222,10 +228,7 @@ def load_onnx(path: Path, flag: str = "--model") -> onnx.ModelProto:
 
 def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
     facts = model_facts(path, cache_dir)
-    data_files = [path.parent / name for name in facts.data_files]
-    for f in data_files:
-        if not f.is_file():
-            raise UsageError(f"--model {path}: external data file {f.name} is missing (expected next to the model)")
+    data_files = external_data_files(path, facts)
     return ResolvedModel(spec=spec, path=path, facts=facts, data_files=data_files,
                          digest=files_digest([path, *data_files], cache_dir))
 
@@ -240,7 +243,10 @@ def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
         return Facts.from_json(json.loads(memo.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         pass
-    facts = facts_of(load_onnx(path, flag))
+    try:
+        facts = facts_of(load_onnx(path, flag))
+    except ValueError as exc:  # external data entries that are not numbers
+        raise UsageError(f"{flag} {path}: {exc}") from None
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(memo, json.dumps(facts.to_json()))
@@ -250,19 +256,40 @@ def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
 
 
 def facts_of(proto: onnx.ModelProto) -> Facts:
-    """The Facts of a loaded model (or of a graph made in memory)."""
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
-
+    """The Facts of a loaded model (or of a graph made in memory); ValueError for unreadable external data entries."""
+    from harness.graphs.external import external_tensors
     from harness.graphs.fp32 import has_fp16
     from harness.graphs.surgery import node_key
 
     g = proto.graph
     inits = {i.name for i in g.initializer}
-    locations = sorted({ExternalDataInfo(t).location for t in _initializers(proto) if uses_external_data(t)})
     return Facts(inputs=tuple(_port(i) for i in g.input if i.name not in inits),
                  outputs=tuple(_port(o) for o in g.output),
                  tensors=frozenset({o for n in g.node for o in n.output if o} | {o.name for o in g.output}),
-                 nodes=frozenset(node_key(n) for n in g.node), data_files=tuple(locations), fp16=has_fp16(proto))
+                 nodes=frozenset(node_key(n) for n in g.node), external=tuple(external_tensors(proto)),
+                 fp16=has_fp16(proto))
+
+
+def external_data_files(path: Path, facts: Facts) -> list[Path]:
+    """The external data files of the model at `path`, each where onnxruntime will read it: a location inside the
+    model's directory, a file there, long enough for every tensor's bytes. Anything else is refused before a probe
+    (one line naming the tensor and the file): every probe would read another file, or fail."""
+    for x in facts.external:
+        problem = location_problem(x.location)
+        if problem:
+            raise UsageError(f"--model {path}: tensor {x.tensor}: external data location {x.location!r} {problem}")
+    sizes: dict[str, int] = {}
+    for name in facts.data_files:
+        f = path.parent / name
+        if not f.is_file():
+            raise UsageError(f"--model {path}: external data file {name} is missing (expected next to the model)")
+        sizes[name] = f.stat().st_size
+    for x in facts.external:
+        end = x.offset + (x.length or 0)
+        if end > sizes[x.location]:
+            raise UsageError(f"--model {path}: tensor {x.tensor}: external data file {x.location} holds "
+                             f"{sizes[x.location]} bytes, the tensor's are bytes {x.offset}..{end} (truncated?)")
+    return [path.parent / name for name in facts.data_files]
 
 
 def _port(value_info) -> Port:
@@ -277,14 +304,6 @@ def _port(value_info) -> Port:
     if t.HasField("shape"):
         dims = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in t.shape.dim)
     return Port(value_info.name, dtype, dims)
-
-
-def _initializers(proto: onnx.ModelProto):
-    yield from proto.graph.initializer
-    for node in proto.graph.node:
-        for attr in node.attribute:
-            if attr.HasField("t"):
-                yield attr.t
 
 
 def files_digest(paths: list[Path], cache_dir: Path) -> str:

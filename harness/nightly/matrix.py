@@ -16,7 +16,7 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     # releases = { from = "1.22.1", to = "1.25.1" }
     bad_if = "nan-or-inf"                 # optional, as --bad-if
     timeout = 600                         # optional, seconds per probe (default: as --timeout's)
-    python = "3.11"                       # optional, Python of the probe environments
+    python = "3.11"                       # optional, Python of the probe environments (MAJOR.MINOR)
 
     [[models]]
     name = "gemma-tiny-fused"             # a registered model ...
@@ -37,7 +37,10 @@ machine that reads the same file (the nightly CI job matrix relies on it).
 Validation errors are harness.errors.UsageError (one line, exit status 2).
 Targets are checked by the rules `bisect run` applies on the machine that
 reads the file (harness.runners.check_target): e.g. `cpus` on a target that
-runs natively there is refused, as `--cpu` would be.
+runs natively there is refused, as `--cpu` would be. A file's `outputs` are
+checked against the graph's; a registered model's are checked when its cell
+runs (`Matrix.notes` says so). Two cells that ask the same search (an arch
+and its alias, a model listed twice) are refused.
 """
 
 from __future__ import annotations
@@ -114,6 +117,7 @@ class Matrix:
     path: Path
     description: str
     cells: list[Cell] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what could not be checked without fetching a model
 
     @property
     def name(self) -> str:
@@ -147,7 +151,7 @@ def _list_of(path: Path, where: str, value, kind) -> list:
     return items
 
 
-def _models(path: Path, entries) -> list[tuple[str, str | None, tuple[str, ...]]]:
+def _models(path: Path, entries, notes: list[str]) -> list[tuple[str, str | None, tuple[str, ...]]]:
     from harness.models import registry as models_mod
 
     if not isinstance(entries, list) or not entries:
@@ -172,8 +176,26 @@ def _models(path: Path, entries) -> list[tuple[str, str | None, tuple[str, ...]]
         if inputs is not None:
             inputs = _file(path, where, "inputs", inputs, ".npz")
         outputs = tuple(_list_of(path, f"{where} outputs", entry.get("outputs", []), str))
+        if outputs and "path" in entry:
+            _check_outputs(path, where, model, outputs)
+        elif outputs:
+            notes.append(f"{where} outputs {', '.join(outputs)}: checked when the cell runs (the registered "
+                         f"model {model} is not read here)")
         out.append((model, inputs, outputs))
     return out
+
+
+def _check_outputs(path: Path, where: str, model: str, outputs: tuple[str, ...]) -> None:
+    """Every name of `outputs` is an output of the model file's graph."""
+    from harness.models.registry import facts_of, load_onnx
+
+    try:
+        declared = [p.name for p in facts_of(load_onnx(Path(model), "path")).outputs]
+    except (UsageError, ValueError) as exc:
+        _fail(path, f"{where}: {exc}")
+    for name in outputs:
+        if name not in declared:
+            _fail(path, f"{where}: output {name!r}: the model has no such output (its outputs: {', '.join(declared)})")
 
 
 def _file(path: Path, where: str, key: str, value, kind: str) -> str:
@@ -266,6 +288,8 @@ def load(path: Path) -> Matrix:
         if required not in doc:
             _fail(path, f"missing key {required!r}")
     modes = _list_of(path, "mode", doc.get("mode", "bisect"), str)
+    if not modes:
+        _fail(path, f"mode = []: no cells; give {' or '.join(MODES)}, or a list of both")
     for m in modes:
         if m not in MODES:
             _fail(path, f"mode {m!r} (choose from {', '.join(MODES)})")
@@ -281,16 +305,29 @@ def load(path: Path) -> Matrix:
         _fail(path, str(exc).replace("--bad-if ", "bad_if ", 1))
     if predicate.needs_reference:
         _fail(path, f"bad_if {bad_if!r} needs a reference; matrices support the reference-free predicates only")
-    python = str(doc.get("python", f"{sys.version_info.major}.{sys.version_info.minor}"))
+    python = doc.get("python", f"{sys.version_info.major}.{sys.version_info.minor}")
+    if not isinstance(python, str):  # python = 3.10 is the float 3.1
+        _fail(path, f"python {python!r}: give the version as a string, e.g. python = \"3.11\"")
+    try:
+        python = request.python_version(python, "python")
+    except UsageError as exc:
+        _fail(path, str(exc))
     releases = _range(path, doc["releases"])
-    cells = []
-    for model, inputs, outputs in _models(path, doc["models"]):
+    notes: list[str] = []
+    cells, seen = [], {}
+    for model, inputs, outputs in _models(path, doc["models"], notes):
         for arch, backend, cpu in _targets(path, doc["targets"]):
             for opts in _options(path, doc.get("options")):
                 for mode in modes:
-                    cells.append(Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode,
-                                      releases, bad_if, timeout, python))
-    return Matrix(path, str(doc.get("description", "")), cells)
+                    cell = Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode, releases,
+                                bad_if, timeout, python)
+                    if cell.key in seen:  # one search twice: an arch and its alias, a model or mode listed twice
+                        _fail(path, f"cells {seen[cell.key]} and {cell.index} are the same search ({cell.name}): "
+                                    "list each model, target (amd64 is x86_64, arm64 is aarch64), option set "
+                                    "and mode once")
+                    seen[cell.key] = cell.index
+                    cells.append(cell)
+    return Matrix(path, str(doc.get("description", "")), cells, notes)
 
 
 def resolve_range(releases_spec: dict, listing: list) -> tuple[str, str]:

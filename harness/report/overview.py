@@ -99,12 +99,17 @@ def target_label(prov: dict, options: dict) -> str:
 
 
 def _cell_docs(run_dir: Path) -> list[dict]:
+    """The run's search summaries (cells/KEY.json). Each one's key is its file's name, whatever the document
+    says: the page links to the file by it, and a key read from the document (`../../x`) could point anywhere."""
     docs = []
     for f in sorted((run_dir / CELLS).glob("*.json")):
         try:
-            docs.append(json.loads(f.read_text()))
+            doc = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
+        if isinstance(doc, dict):
+            cell = doc.get("cell") if isinstance(doc.get("cell"), dict) else {}
+            docs.append({**doc, "cell": {**cell, "key": f.stem}})
     return docs
 
 

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
-from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
+from harness.results.evidence import RUN_ID_RE, EvidenceError, ProbeRecord, RunManifest
 
 MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
@@ -156,7 +156,7 @@ class RunStore:
             manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
         except OSError as exc:
-            raise UsageError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
+            raise HarnessError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
         return store
 
     def manifest(self) -> dict | None:
@@ -266,7 +266,9 @@ class RunStore:
         write_atomic(ev.path, b"".join(kept))
 
     def save_summary(self, key: str, doc: dict) -> Path:
-        """The latest summary of one search over this run (a matrix cell, or a `bisect run`)."""
+        """The latest summary of one search over this run (a matrix cell, or a `bisect run`), in cells/KEY.json."""
+        if len(key) > 200 or not RUN_ID_RE.match(key):  # a key is one file name, as a run id is one directory's
+            raise HarnessError(f"{key[:64]!r}: not a summary key (one file name: no /, not . or ..)")
         path = self.dir / CELLS / f"{key}.json"
         path.parent.mkdir(exist_ok=True)
         write_atomic(path, json.dumps(doc, indent=1))
