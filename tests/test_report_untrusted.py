@@ -13,6 +13,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +25,7 @@ import numpy as np
 import pytest
 from replay import outputs as output_stats
 
-from harness.report import escape, upstream
+from harness.report import escape, terminal, upstream
 from harness.results.store import REDUCED, REPRO, RunStore
 
 # Each breaks out of one way of pasting a value into Python source: a docstring, a string literal of either
@@ -269,6 +270,46 @@ def test_markdown_and_line_breaks_in_names_make_no_heading_link_html_or_cell(tmp
     assert "\x1b" not in md
 
 
+ANSI = "\x1b]8;;http://evil.example\x07click\x1b]8;;\x07 \x1b[2J\x1b[H [link=http://evil.example]x[/link] [bold]b"
+
+
+def _render(renderable) -> str:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, color_system="truecolor", width=400).print(renderable)
+    return buf.getvalue()
+
+
+def _assert_inert(shown: str) -> None:
+    # rich writes SGR colours of its own (ESC [ ... m) and nothing else: any other escape (a link, OSC 8; a screen
+    # clear; a bell) or control character is the input's
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert not [c for c in text if not c.isprintable() and c != "\n"], repr(text)
+    assert "\\x1b]8;;http://evil.example\\x07click" in text  # made printable, shown
+    assert "[link=http://evil.example]x[/link]" in text  # markup of the evidence is text
+
+
+def test_the_terminal_shows_control_characters_and_markup_of_records_as_text(run_dir):
+    _edit_records(run_dir, lambda r: r.update(reason=ANSI, package=ANSI))
+    from rich.console import Console
+
+    recs = RunStore(run_dir).records()
+    console = Console(file=io.StringIO(), force_terminal=True, width=400)
+    lines = terminal.ProbeLines(console, spinner=False)
+    for rec in recs:
+        lines.probe_finished({**rec, "verdict": "bad", "why": rec["reason"]}, reused=True)
+    _assert_inert(console.file.getvalue())
+    doc = {"provenance": {**recs[0]["provenance"], "cpu": ANSI},
+           "probes": [{"version": r["version"], "verdict": "bad", "why": r["reason"], "nan_rows": 2, "inf_rows": 0,
+                       "rows": 4, "seconds": 0.1, "commit": ANSI, "reused": True, "decided_by": ["error"]} for r in recs]}
+    _assert_inert(_render(terminal.run_table(doc)))
+    pairs = {"model": ANSI, "version": "1.20.0", "provenance": {}, "pairs": [
+        {"label": ANSI, "status": ANSI, "reason": ANSI, "providers": {"used": [ANSI]}},
+        {"label": "b", "status": "ran", "diverges": True, "why": ANSI}]}
+    _assert_inert(_render(terminal.compare_table(pairs)))
+
+
 # -- with a release: the hostile script still judges ---------------------------------------------------------
 
 
@@ -298,7 +339,7 @@ def test_a_value_with_no_python_literal_stops_the_repro_with_one_line(run_dir):
     assert not (run_dir / REPRO).exists()
 
 
-@pytest.mark.parametrize("text", [PAYLOAD, MARKDOWN, "x86_64 1.20.0 a_b", "``", "- item", "1. item", "---",
+@pytest.mark.parametrize("text", [PAYLOAD, MARKDOWN, ANSI, "x86_64 1.20.0 a_b", "``", "- item", "1. item", "---",
                                   "\ud800 lone surrogate", "\u202e bidi"])
 def test_the_escapes_show_the_text_and_make_nothing_of_it(text):
     shown = escape.printable(text)
