@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -308,6 +309,23 @@ def test_the_terminal_shows_control_characters_and_markup_of_records_as_text(run
         {"label": ANSI, "status": ANSI, "reason": ANSI, "providers": {"used": [ANSI]}},
         {"label": "b", "status": "ran", "diverges": True, "why": ANSI}]}
     _assert_inert(_render(terminal.compare_table(pairs)))
+
+
+# -- the shell commands the report suggests ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["qemu", "docker"])
+def test_a_hostile_cpu_or_python_in_a_record_stays_one_argument_of_the_suggested_commands(backend):
+    from harness.runners import describe
+
+    hostile = "neoverse-n1; touch pwned #"
+    ran = describe({"backend": backend, "arch": "aarch64", "cpu": hostile, "python": "3.11"}, None, "1.20.0", REPRO)
+    words = [w for line in ran["reproduce"].splitlines() if not line.startswith("#") for w in shlex.split(line)]
+    assert "touch" not in words and (hostile in words or f"QEMU_CPU={hostile}" in words), ran["reproduce"]
+    env = upstream.environment({"1.20.0": {"provenance": {"backend": backend, "arch": "aarch64", "cpu": "a72",
+                                                          "python": "3.11\ntouch pwned"}, "result": {}}},
+                               {"backend": backend, "arch": "aarch64"}, "1.20.0")
+    assert not [line for line in env["reproduce"].splitlines() if line.lstrip().startswith("touch")], env["reproduce"]
 
 
 # -- with a release: the hostile script still judges ---------------------------------------------------------
