@@ -306,6 +306,23 @@ def _port(value_info) -> Port:
     return Port(value_info.name, dtype, dims)
 
 
+def file_sha256(path: Path) -> str:
+    """The sha256 of a file's bytes, read in chunks."""
+    fh = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            fh.update(chunk)
+    return fh.hexdigest()
+
+
+def digest_of(file_sha256s: list[str]) -> str:
+    """A model's digest (a run key's `model`) from the sha256 of each of its files: the model, then its data."""
+    h = hashlib.sha256()
+    for hexdigest in file_sha256s:
+        h.update(hexdigest.encode())
+    return h.hexdigest()
+
+
 def files_digest(paths: list[Path], cache_dir: Path) -> str:
     """sha256 over the files' bytes, memoised by (path, size, mtime): a 1 GB model is hashed once."""
     memo_path = cache_dir / "digests.json"
@@ -313,26 +330,22 @@ def files_digest(paths: list[Path], cache_dir: Path) -> str:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
-    h = hashlib.sha256()
+    hashes = []
     changed = False
     for p in paths:
         st = p.stat()
         key = f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
         if key not in memo:
-            fh = hashlib.sha256()
-            with open(p, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    fh.update(chunk)
-            memo[key] = fh.hexdigest()
+            memo[key] = file_sha256(p)
             changed = True
-        h.update(memo[key].encode())
+        hashes.append(memo[key])
     if changed:
         try:
             memo_path.parent.mkdir(parents=True, exist_ok=True)
             write_atomic(memo_path, json.dumps(memo))
         except OSError:
             pass
-    return h.hexdigest()
+    return digest_of(hashes)
 
 
 def describe(spec: ModelSpec, cache_dir: Path) -> dict:

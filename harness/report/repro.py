@@ -13,6 +13,10 @@ Two parts in one file:
 A model that is a file is loaded from its path, so external data beside it
 resolves; only an embedded model is loaded from bytes (and never has external
 data). Nothing of the reporter's machine (home, cache, results paths) is written.
+
+What the script holds comes from a run's evidence, which may have been made on
+another machine: every value is written as a Python literal or as escaped
+docstring text (harness.report.escape), never as code.
 """
 
 from __future__ import annotations
@@ -20,10 +24,10 @@ from __future__ import annotations
 import base64
 import io
 import textwrap
-from pathlib import Path
 
 import numpy as np
 
+from harness.report import escape
 from harness.results.store import REPRO
 from harness.vocabulary import GRAPH_LEVELS
 
@@ -40,23 +44,23 @@ def wrap(b64: str | None) -> str:
     return "None" if b64 is None else '"""\n' + "\n".join(textwrap.wrap(b64, 100)) + '\n"""'
 
 
-def load_npz(path: Path) -> dict[str, np.ndarray]:
-    with np.load(path) as data:
-        return {k: data[k] for k in data.files}
-
-
 def script(*, title: str, predicate: str, bad_means: str, session_options: dict, where: str,
            requirement: str = "onnxruntime==VERSION", providers: list | None = None,
            reduced: dict | None, full: dict) -> str:
     """The script's text.
 
     reduced: {"model": bytes, "inputs": arrays, "outputs": [...], "nodes": n, "of": N, "rows": r} or None
-    full: {"model": bytes | None (embedded) , "sha256": str, "file": name, "hub": {repo_id, revision,
-           files: [model, *data]} | None, "inputs": arrays, "outputs": [...]}
+    full: {"model": bytes | None (embedded) , "sha256": str | None (not known), "file": name, "hub": {repo_id,
+           revision, files: [model, *data]} | None, "inputs": arrays | None (not embedded), "outputs": [...],
+           "notes": [why a file is not embedded, one line each]}
+
+    Every value is data from the run's evidence, which may come from another machine: it reaches the script
+    as a literal (escape.py_literal) or, in the docstring, as escaped text (escape.py_docstring), never as code.
     """
     reduced_model = base64.b64encode(reduced["model"]).decode() if reduced else None
     reduced_inputs = npz_b64(reduced["inputs"]) if reduced else None
     full_model = base64.b64encode(full["model"]).decode() if full.get("model") else None
+    full_inputs = npz_b64(full["inputs"]) if full.get("inputs") is not None else None
     usage = []
     if reduced:
         usage.append(f"python {SCRIPT}            # the reduced model: {reduced['nodes']} of {reduced['of']} nodes, "
@@ -66,16 +70,15 @@ def script(*, title: str, predicate: str, bad_means: str, session_options: dict,
     elif full.get("hub"):
         usage.append(f"python {SCRIPT} --full     # the full model, fetched from the hub (pip install huggingface_hub)")
     else:
-        usage.append(f"python {SCRIPT} --full {full['file']}   # the full model, given by path "
-                     f"(sha256 {full['sha256'][:16]}...)")
+        sha = f"sha256 {full['sha256'][:16]}..." if full.get("sha256") else "sha256 not known"
+        usage.append(f"python {SCRIPT} --full {full['file']}   # the full model, given by path ({sha})")
+    header = [f"Repro: {title}.", "", f"    pip install {requirement} numpy", *(f"    {u}" for u in usage), "",
+              f"Exit status 0 good, 1 bad. Bad means: {bad_means}.", f"Where it reproduces: {where}",
+              *(full.get("notes") or ())]
+    doc = "\n".join(escape.py_docstring(line) for line in header)
+    lit = escape.py_literal
     return f'''\
-"""Repro: {title}.
-
-    pip install {requirement} numpy
-{textwrap.indent(chr(10).join(usage), "    ")}
-
-Exit status 0 good, 1 bad. Bad means: {bad_means}.
-Where it reproduces: {where}
+"""{doc}
 """
 import base64, hashlib, io, os, sys
 import numpy as np
@@ -83,17 +86,18 @@ import onnxruntime as ort
 
 REDUCED_MODEL_B64 = {wrap(reduced_model)}
 REDUCED_INPUTS_NPZ_B64 = {wrap(reduced_inputs)}
-REDUCED_OUTPUTS = {reduced["outputs"] if reduced else []!r}
+REDUCED_OUTPUTS = {lit(list(reduced["outputs"] or []) if reduced else [])}
 FULL_MODEL_B64 = {wrap(full_model)}
-FULL_MODEL_FILE = {full["file"]!r}
-FULL_MODEL_SHA256 = {full["sha256"]!r}
-FULL_MODEL_HUB = {full.get("hub")!r}
-FULL_INPUTS_NPZ_B64 = {wrap(npz_b64(full["inputs"]))}
-FULL_OUTPUTS = {list(full["outputs"])!r}
-SESSION_OPTIONS = {session_options!r}
-PROVIDERS = {providers or [["CPUExecutionProvider", {}]]!r}  # [[name, options]], asked for in this order
-PREDICATE = {predicate!r}
-LEVELS = {GRAPH_LEVELS!r}
+FULL_MODEL_FILE = {lit(full["file"])}
+FULL_MODEL_SHA256 = {lit(full.get("sha256"))}  # None: not known (the model was not read)
+FULL_MODEL_HUB = {lit(full.get("hub"))}
+FULL_INPUTS_NPZ_B64 = {wrap(full_inputs)}
+FULL_OUTPUTS = {lit(list(full["outputs"]))}
+NOT_EMBEDDED = {lit(list(full.get("notes") or []))}
+SESSION_OPTIONS = {lit(session_options)}
+PROVIDERS = {lit(providers or [["CPUExecutionProvider", {}]])}  # [[name, options]], asked for in this order
+PREDICATE = {lit(predicate)}
+LEVELS = {lit(GRAPH_LEVELS)}
 
 
 def session(model):
@@ -155,10 +159,13 @@ def main(argv):
         else:
             print("give the model: python %s --full %s" % (sys.argv[0], FULL_MODEL_FILE), file=sys.stderr)
             return 2  # a usage error, not a verdict: 1 means bad
-        if isinstance(model, str):
+        if isinstance(model, str) and FULL_MODEL_SHA256:
             with open(model, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != FULL_MODEL_SHA256:
                     print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
+        if FULL_INPUTS_NPZ_B64 is None:
+            print("the batch is not in this script: %s" % "; ".join(NOT_EMBEDDED), file=sys.stderr)
+            return 2
         feeds, outputs, what = FULL_INPUTS_NPZ_B64, FULL_OUTPUTS, "full model"
     else:
         model = base64.b64decode(REDUCED_MODEL_B64)

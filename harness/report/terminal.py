@@ -1,7 +1,9 @@
 """Everything the commands show on a terminal: tables, progress lines, colours.
 
 Logic modules return data; only commands call these, and only these print
-through rich.
+through rich. Every name, reason and message read back from a run's evidence
+is shown through `plain`: no markup of it is read, and no control character
+(an ANSI escape sequence, a newline) reaches the terminal raw.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from harness.report.escape import printable
 from harness.summary import target_label
 
 if TYPE_CHECKING:  # the trace and diff tables' types; `bisect run` needs neither module (onnx) to draw its table
@@ -23,9 +26,19 @@ VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": 
                  "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
 
 
+def plain(text) -> str:
+    """Text of the evidence as rich markup that shows it as it is: control characters made printable
+    (harness.report.escape.printable), markup escaped."""
+    return escape(printable("" if text is None else text))
+
+
 def verdict(v: str | None) -> str:
     """A verdict word in its colour (rich markup)."""
-    return f"[{VERDICT_STYLE.get(v or '', 'dim')}]{v or '-'}[/]"
+    return f"[{VERDICT_STYLE.get(v or '', 'dim')}]{plain(v or '-')}[/]"
+
+
+def _target(prov: dict) -> str:
+    return plain(target_label(prov or {}))
 
 
 # --- searches ------------------------------------------------------------------------------
@@ -64,10 +77,10 @@ class ProbeLines:
         if task is not None:
             self.bar.remove_task(task)
         how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
-        lead = f"{escape(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
-        self.bar.console.print(f"{lead}{escape(record.get('package') or 'onnxruntime')} {record['version']:<8} "
-                               f"[{VERDICT_STYLE.get(record['verdict'], '')}]{record['verdict']:<7}[/] "
-                               f"{escape(record.get('why') or '')} ({how})")
+        lead = f"{plain(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
+        self.bar.console.print(f"{lead}{plain(record.get('package') or 'onnxruntime')} {plain(record['version']):<8} "
+                               f"[{VERDICT_STYLE.get(record['verdict'], '')}]{plain(record['verdict']):<7}[/] "
+                               f"{plain(record.get('why') or '')} ({how})")
 
 
 def _number(v, fmt: str) -> str:
@@ -77,7 +90,7 @@ def _number(v, fmt: str) -> str:
 def run_table(doc: dict) -> Table:
     """One row per probe; graded metrics (fp16 headroom, worst cosine with the reference) where probes have them."""
     prov = doc.get("provenance") or {}
-    t = Table(title=f"{prov.get('package') or 'onnxruntime'} probes · {target_label(prov)}", title_justify="left")
+    t = Table(title=f"{plain(prov.get('package') or 'onnxruntime')} probes · {_target(prov)}", title_justify="left")
     commits = any(p.get("commit") for p in doc["probes"])
     metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
                                                              ("cosine_min", "worst cosine", ".6f"))
@@ -92,17 +105,17 @@ def run_table(doc: dict) -> Table:
         shown = p["verdict"] == "good" or (p["verdict"] == "bad" and kinds <= {"nan", "nan-or-inf", "cosine", "headroom"})
         note = "" if shown else (p.get("why") or "")  # the columns already say it
         counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
-        t.add_row(p["version"], verdict(p["verdict"]),
+        t.add_row(plain(p["version"]), verdict(p["verdict"]),
                   *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
                   *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
-                  f"{p['seconds']:.2f}", *((p.get("commit") or "-",) if commits else ()),
-                  ("saved; " if p["reused"] else "") + escape(note))
+                  f"{p['seconds']:.2f}", *((plain(p.get("commit") or "-"),) if commits else ()),
+                  ("saved; " if p["reused"] else "") + plain(note))
     return t
 
 
 def compare_table(doc: dict) -> Table:
     """One row per PACKAGE:EP pair of `bisect compare`, the first the reference of the others."""
-    t = Table(title=f"{doc['model']} · release {doc['version']} · {target_label(doc.get('provenance') or {})}",
+    t = Table(title=f"{plain(doc['model'])} · release {plain(doc['version'])} · {_target(doc.get('provenance'))}",
               title_justify="left")
     for col, just in (("package:ep", "left"), ("ran on", "left"), ("commit", "left"), ("NaN rows", "right"),
                       ("Inf rows", "right"), ("zero rows", "right"), ("max |x|", "right"),
@@ -111,15 +124,15 @@ def compare_table(doc: dict) -> Table:
     for i, r in enumerate(doc["pairs"]):
         used = ", ".join(p.removesuffix("ExecutionProvider") for p in (r.get("providers") or {}).get("used") or [])
         if i == 0:
-            note = "reference" if r["status"] == "ran" else f"[yellow]{r['status']}[/]: {escape(r.get('reason') or '')}"
+            note = "reference" if r["status"] == "ran" else f"[yellow]{plain(r['status'])}[/]: {plain(r.get('reason'))}"
         elif r.get("diverges"):
-            note = f"[bold red]diverges[/]: {escape(r['why'])}"
+            note = f"[bold red]diverges[/]: {plain(r['why'])}"
         elif r.get("diverges") is None:
-            note = f"[yellow]{escape(r['why'])}[/]"
+            note = f"[yellow]{plain(r['why'])}[/]"
         else:
             note = "[green]agrees[/]"
         cos = r.get("cosine_min_finite") if r.get("cosine_min_finite") is not None else r.get("cosine_min")
-        t.add_row(escape(r["label"]), used or "-", r.get("commit") or "-", _number(r.get("nan_rows"), "d"),
+        t.add_row(plain(r["label"]), plain(used or "-"), plain(r.get("commit") or "-"), _number(r.get("nan_rows"), "d"),
                   _number(r.get("inf_rows"), "d"), _number(r.get("zero_rows"), "d"), _number(r.get("max_abs"), ".5g"),
                   "" if i == 0 else _number(cos, ".6f"), note)
     return t
@@ -133,8 +146,8 @@ def reduction_summary(doc: dict) -> str:
              f"nodes {doc['nodes']['before']} -> {doc['nodes']['after']}"
              + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
     if doc["nodes"]["kept"]:
-        lines.append("kept nodes: " + escape(", ".join(doc["nodes"]["kept"])))
-    lines.append(f"verified: {good} {verdict(v[good])}, {bad} {verdict(v[bad])}; {doc['probes']['made']} probes "
+        lines.append("kept nodes: " + plain(", ".join(map(str, doc["nodes"]["kept"]))))
+    lines.append(f"verified: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; {doc['probes']['made']} probes "
                  f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
     return "\n".join(lines)
 
@@ -143,20 +156,21 @@ def rows_summary(doc: dict) -> str:
     """Which rows decided each probe of a fewest-rows search, and how the boundary was held to the full batch."""
     lines = []
     for s in doc["searches"]:
-        probes = ", ".join(f"{p['version']} {verdict(p['verdict'])}" for p in s["probes"])
-        lines.append(f"rows {s['rows']} of {doc['batch_rows']} ({s['status']}, run {s['run_id']}): {probes}")
+        probes = ", ".join(f"{plain(p['version'])} {verdict(p['verdict'])}" for p in s["probes"])
+        lines.append(f"rows {plain(s['rows'])} of {doc['batch_rows']} ({plain(s['status'])}, run {plain(s['run_id'])}): "
+                     f"{probes}")
     held = doc.get("verified_on_full_batch")
     if held:
         lg, fb = held["last_good"], held["first_bad"]
         groups = ", ".join(f"{len(g['rows'])} {verdict(g['verdict'])}" for g in lg["groups"])
-        lines.append(f"{lg['version']}: every row of the batch ({lg['rows']}) ran, in {len(lg['groups'])} probes of "
-                     f"similar length ({groups}); {fb['version']}: rows {fb['bad_rows']} of the batch are bad")
+        lines.append(f"{plain(lg['version'])}: every row of the batch ({lg['rows']}) ran, in {len(lg['groups'])} probes "
+                     f"of similar length ({groups}); {plain(fb['version'])}: rows {plain(fb['bad_rows'])} of the batch are bad")
         same = held["rows_independent"]
-        diffs = ", ".join(f"{k} {v:.3g}" for k, v in same["max_abs_diff"].items()) or "no output to compare"
-        lines.append(f"rows alone and among the batch at {lg['version']}: "
+        diffs = ", ".join(f"{plain(k)} {v:.3g}" for k, v in same["max_abs_diff"].items()) or "no output to compare"
+        lines.append(f"rows alone and among the batch at {plain(lg['version'])}: "
                      + ("the same outputs" if same["same"] else f"largest difference {diffs}"))
     if doc.get("fallback"):
-        lines.append(f"{escape(doc['fallback'])}: searched on the full batch")
+        lines.append(f"{plain(doc['fallback'])}: searched on the full batch")
     return "\n".join(lines)
 
 
@@ -164,7 +178,7 @@ def rows_summary(doc: dict) -> str:
 
 
 def options_table(doc: dict) -> Table:
-    t = Table(title=f"session options · onnxruntime {doc['version']} · {target_label(doc['provenance'])}",
+    t = Table(title=f"session options · onnxruntime {plain(doc['version'])} · {_target(doc['provenance'])}",
               title_justify="left")
     for col in ("level", "mode", "threads", "switch", "verdict", "note"):
         t.add_column(col)
@@ -172,18 +186,18 @@ def options_table(doc: dict) -> Table:
         note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
         if c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
             note = f"{c['nan_rows']} NaN rows of {c['rows']}"
-        t.add_row(c["level"], c["mode"], c["threads"], c["switch"], verdict(c["verdict"]), escape(note))
+        t.add_row(*(plain(c[k]) for k in ("level", "mode", "threads", "switch")), verdict(c["verdict"]), plain(note))
     return t
 
 
 def mitigation_table(doc: dict) -> Table:
-    t = Table(title=f"fp32 island · {doc['model']} · {target_label(doc['provenance'])}", title_justify="left")
+    t = Table(title=f"fp32 island · {plain(doc['model'])} · {_target(doc['provenance'])}", title_justify="left")
     for col, just in (("release", "left"), ("original", "left"), ("patched", "left"), ("fp32 ref", "left"),
                       ("min cosine", "right"), ("max |diff|", "right")):
         t.add_column(col, justify=just)
     for row in doc["releases"]:
         d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
-        cells = [row["version"], *(verdict(row[key]) for key in ("original", "patched", "reference"))]
+        cells = [plain(row["version"]), *(verdict(row[key]) for key in ("original", "patched", "reference"))]
         cells.append(f"{d['cosine_min']:.8f}" if d.get("cosine_min") is not None else "-")
         cells.append(f"{d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "-")
         t.add_row(*cells)
@@ -210,7 +224,8 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
     """Summary lines and one row per tensor (by default only the interesting ones:
     residual adds, past 50 % of fp16, non-finite, model outputs)."""
     keep = None if all_nodes else _interesting(result)
-    t = Table(title=f"trace onnxruntime {result.version} ({result.verdict}: {result.reason})", title_justify="left")
+    t = Table(title=f"trace onnxruntime {plain(result.version)} ({plain(result.verdict)}: {plain(result.reason)})",
+              title_justify="left")
     for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
                       ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
                       ("", "left")):
@@ -222,16 +237,17 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
                 continue
             shown += 1
             p = n.precision
-            how = n.op_type
+            how = str(n.op_type)
             if p is not None:
                 how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
             style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
             mark = "" if ts.available else ts.note or "unavailable"
             if ts.nonfinite and ts.visibility != "seen":
                 mark = "observed only"
-            t.add_row(str(i), n.name, how, ts.name, ts.dtype, _fmt(ts.min), _fmt(ts.max), _fmt(ts.max_abs),
+            t.add_row(str(i), plain(n.name), plain(how), plain(ts.name), plain(ts.dtype), _fmt(ts.min), _fmt(ts.max),
+                      _fmt(ts.max_abs),
                       "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
-                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", mark, style=style)
+                      f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", plain(mark), style=style)
     lines = [f"first non-finite (seen by a consumer): {result.first_nonfinite or 'none'}"
              + (f" ({result.first_nonfinite_tensor})" if result.first_nonfinite else ""),
              f"first non-finite (any, incl. observed only): {result.first_nonfinite_any or 'none'}",
@@ -247,18 +263,18 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
         lines.append("warning: a clean pass changed the model's outputs (observer effect): 'seen' values are suspect")
     if keep is not None:
         lines.append(f"{shown} of {sum(len(n.outputs) for n in result.nodes)} tensors shown")
-    return Group(t, Text("\n".join(lines)))
+    return Group(t, Text("\n".join(map(printable, lines))))
 
 
 def diff_table(result: DiffResult) -> Group:
     """Precision changes, first divergences, the explanation."""
     from harness.explain.diff import describe
 
-    t = Table(title=f"precision changes {result.a} → {result.b}", title_justify="left")
-    for col in ("node", "op", result.a, result.b):
+    t = Table(title=f"precision changes {plain(result.a)} → {plain(result.b)}", title_justify="left")
+    for col in ("node", "op", plain(result.a), plain(result.b)):
         t.add_column(col, overflow="fold")
     for c in result.precision_changes:
-        t.add_row(c["node"], c["op_type"], describe(c["a"]), describe(c["b"]))
+        t.add_row(plain(c["node"]), plain(c["op_type"]), plain(describe(c["a"])), plain(describe(c["b"])))
     lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
              f"({result.b_nan_rows} NaN rows of {result.rows})"]
     for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
@@ -267,8 +283,8 @@ def diff_table(result: DiffResult) -> Group:
         if d:
             lines.append(f"{label}: {d['node']} ({d['tensor']})")
     lines.append("")
-    lines.append(result.explanation)
-    return Group(t, Text("\n".join(lines)))
+    lines += str(result.explanation).split("\n")
+    return Group(t, Text("\n".join(map(printable, lines))))
 
 
 # --- drift ---------------------------------------------------------------------------------
@@ -289,7 +305,7 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
 
     for r in rows:
         changed = {None: "-", True: "yes", False: "no"}[r.outputs_changed]
-        t.add_row(r.version, verdict(r.verdict),
+        t.add_row(plain(r.version), verdict(r.verdict),
                   cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", ".8f"),
                   cell(r, "rel_diff_max", ".3g"), changed)
     return t
@@ -301,5 +317,5 @@ def drift_steps(rows: list, steps: list, threshold: float) -> str:
     if not steps:
         return f"no step above {limit} between {len(rows)} probed release{'s' if len(rows) != 1 else ''}"
     lines = [f"{len(steps)} step{'s' if len(steps) != 1 else ''} above {limit}:"]
-    lines += [f"  {escape(s.description)}" for s in steps]
+    lines += [f"  {plain(s.description)}" for s in steps]
     return "\n".join(lines)

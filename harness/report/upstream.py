@@ -8,6 +8,13 @@ release when the run did not reach it (appended to the run's probes.jsonl like
 any probe). The repro script (results/<run>/repro.py) needs only onnxruntime
 and numpy: the batch is embedded (base64 .npz), the model too when it is small,
 else referenced by path and sha256. It exits 0 when good, 1 when bad.
+
+The evidence may come from another machine. A file is embedded only when it is
+the run's: the model and batch named by the manifest when their digests are
+the run key's, the reduction's files when they are plain files of its own
+directory; else the script and the report say in one line why it is not. Every
+value reaches the script as data and the Markdown as escaped text
+(harness.report.escape).
 """
 
 from __future__ import annotations
@@ -17,11 +24,15 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.errors import HarnessError, UsageError
+from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.releases import packages
 from harness.releases.versions import parse_version
+from harness.report import escape
 from harness.report import repro as repro_mod
 from harness.report.repro import SCRIPT
+from harness.results.evidence import RUN_ID_RE
 from harness.results.store import EXPLANATION, REPORT, RunStore
 from harness.summary import build_of, compare_url
 from harness.verdicts import Predicate, parse_predicate
@@ -187,10 +198,14 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
 
     rec = recs.get(version) or next(iter(recs.values()))
     res = rec.get("result") or {}
-    prov = {"backend": key.get("backend"), **(rec.get("provenance") or {})}
+    # the backends write shell commands of these (quoting each value): made one line each first, so that
+    # no value can start a line of its own in the commands a reader pastes
+    prov = {k: escape.printable(v) if isinstance(v, str) else v
+            for k, v in {"backend": key.get("backend"), **(rec.get("provenance") or {})}.items()}
     cpu = res.get("cpu") or {}
     ort = res.get("onnxruntime") or {}
-    ran = describe(prov, cpu.get("model"), version, script)
+    seen = cpu.get("model")
+    ran = describe(prov, escape.printable(seen) if seen else None, version, script)
     return {
         "os": res.get("platform", "?"),
         "arch": prov.get("arch", key.get("arch")),
@@ -212,33 +227,87 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
 # --- repro script --------------------------------------------------------------------------------
 
 
+def _own_file(directory: Path, name) -> Path | None:
+    """The file `name` directly in `directory` (a run's own file, named by one of its documents), or None when
+    the name is not a plain file name, or the file is a link or not a regular file inside the run."""
+    if not isinstance(name, str) or not RUN_ID_RE.match(name) or name != Path(name).name:
+        return None
+    path = directory / name
+    if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(directory.resolve()):
+        return None
+    return path
+
+
 def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
-    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit."""
+    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit.
+
+    Its model and inputs are files of the run's own reduced/ directory (a link or a path out of it is not
+    followed): nothing of the machine the report is made on can be embedded through reduce.json."""
     from harness.results.store import REDUCED
 
     reduced = RunStore(store.dir / REDUCED)
     doc = reduced.document("reduce")
     if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
         return None
-    model = (reduced.dir / doc["model"]["file"]).read_bytes()
-    inputs = repro_mod.load_npz(reduced.dir / doc["inputs"]["file"])
+    model_file, inputs_file = _own_file(reduced.dir, doc["model"]["file"]), _own_file(reduced.dir, doc["inputs"]["file"])
+    if model_file is None or inputs_file is None or model_file.stat().st_size > embed_limit:
+        return None
+    try:
+        inputs = inputs_mod.load_npz(inputs_file)
+    except UsageError:
+        return None
+    model = model_file.read_bytes()
     if len(model) + len(repro_mod.npz_b64(inputs)) * 3 // 4 > embed_limit:
         return None
     return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
             "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
 
 
+def _model_file(manifest: dict, key: dict, embed_limit: int) -> tuple[bytes | None, str | None, str | None]:
+    """(the model's bytes to embed or None, its file's sha256 or None, why it is not embedded or None).
+
+    The file at the manifest's model.path (and its data files) is taken for the run's model only when their
+    digest is the run key's: a manifest from elsewhere could name any file of this machine."""
+    model = manifest["model"]
+    path, data_files = Path(model["path"]), [Path(p) for p in model.get("data_files") or [] if isinstance(p, str)]
+    name = path.name
+    try:
+        if not all(f.is_file() for f in (path, *data_files)):
+            return None, None, f"the model file {name} is not on the machine that made this report: not embedded."
+        data = path.read_bytes() if path.stat().st_size <= embed_limit else None
+        hashes = [hashlib.sha256(data).hexdigest() if data is not None else models.file_sha256(path),
+                  *(models.file_sha256(f) for f in data_files)]
+    except OSError as exc:
+        return None, None, f"the model file {name} could not be read ({exc.strerror or exc}): not embedded."
+    if models.digest_of(hashes) != key.get("model"):
+        return None, None, (f"the file at the run's model path ({name}) is not the run's model (its digest is not "
+                            "the run key's): not embedded.")
+    return (None if data_files else data), hashes[0], None
+
+
+def _batch(manifest: dict, key: dict) -> tuple[dict | None, str | None]:
+    """(the run's batch, or None and why it is not embedded): the file at batch.path when its digest is the key's."""
+    path = Path(manifest["batch"]["path"])
+    try:
+        arrays = inputs_mod.load_npz(path, "batch.path")
+    except UsageError:
+        return None, f"the batch {path.name} is not a readable .npz on the machine that made this report: not embedded."
+    if inputs_mod.arrays_digest(arrays) != key.get("batch"):
+        return None, (f"the file at the run's batch path ({path.name}) is not the run's batch (its digest is not the "
+                      "run key's): not embedded.")
+    return arrays, None
+
+
 def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
-    model_path = Path(manifest["model"]["path"])
-    data = model_path.read_bytes()
-    embedded = len(data) <= embed_limit and not manifest["model"].get("data_files")
+    data, sha256, model_note = _model_file(manifest, key, embed_limit)
+    inputs, batch_note = _batch(manifest, key)
     hub = None
     if manifest["model"].get("source") == "hub":
-        spec = models.registered()[manifest["model"]["name"]]
-        hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
-    return {"model": data if embedded else None, "sha256": hashlib.sha256(data).hexdigest(),
-            "file": model_path.name, "hub": hub, "inputs": repro_mod.load_npz(Path(manifest["batch"]["path"])),
-            "outputs": list(key.get("outputs") or [])}
+        spec = models.registered().get(manifest["model"].get("name"))
+        if spec is not None:
+            hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
+    return {"model": data, "sha256": sha256, "file": Path(manifest["model"]["path"]).name, "hub": hub,
+            "inputs": inputs, "outputs": list(key.get("outputs") or []), "notes": [n for n in (model_note, batch_note) if n]}
 
 
 def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int,
@@ -247,14 +316,17 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
     full = _full_part(manifest, key, embed_limit)
     package = packages.of_key(key)
     title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
-    script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
-                              requirement=package.requirement("VERSION"),
-                              providers=package.providers_request(),
-                              session_options=key.get("session_options") or {},
-                              where=where, reduced=reduced, full=full)
+    try:
+        script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
+                                  requirement=package.requirement("VERSION"),
+                                  providers=package.providers_request(),
+                                  session_options=key.get("session_options") or {},
+                                  where=where, reduced=reduced, full=full)
+    except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
+        raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
     store.save_file(SCRIPT, script)
     return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
-            "model_sha256": full["sha256"], "hub": full["hub"],
+            "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
             "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
             "script": script}
 
@@ -268,87 +340,97 @@ def save(run_dir: Path, doc: dict) -> Path:
 
 
 def markdown(doc: dict) -> str:
+    """The report as Markdown. Every value of the evidence (names, versions, reasons, messages) is escaped where it
+    lands (harness.report.escape): shown as it is, it makes no heading, link, HTML or table cell, and the
+    code fences are longer than any backtick run they hold."""
+    t, code, prose = escape.md_text, escape.md_code, escape.md_prose
     env = doc["environment"]
     lg, fb = doc["last_good"], doc["first_bad"]
+    name = doc["model"]["name"]
     package = (env.get("requirement") or "onnxruntime").split("==")[0].split("[")[0]
     ep = env.get("execution_provider") or "CPUExecutionProvider"
     on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
-    title = (f"{doc['model']['name']}: {doc['symptom']} on {on} since {package} {fb} "
-             f"(last good {lg})") if fb else f"{doc['model']['name']}: {package} verdicts on {on}"
-    L = [f"## {title}", ""]
+    title = (f"{name}: {doc['symptom']} on {on} since {package} {fb} "
+             f"(last good {lg})") if fb else f"{name}: {package} verdicts on {on}"
+    L = [f"## {t(title)}", ""]
     L += ["### Describe the bug", ""]
     if fb:
-        L.append(f"Running `{doc['model']['name']}` through the CPU execution provider gives "
-                 f"{'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else doc['symptom']} from onnxruntime "
-                 f"**{fb}** on; **{lg}** is the last good release (bisected over the releases "
-                 f"{doc['releases_in_range'][0]}..{doc['releases_in_range'][-1]} with ortbisect, one fresh process per probe).")
-        L.append(f"A release counts as bad when {doc['bad_means']} (`--bad-if {doc['predicate']}`).")
+        span = doc["releases_in_range"]
+        L.append(f"Running {code(name)} through the CPU execution provider gives "
+                 f"{'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])} from onnxruntime "
+                 f"**{t(fb)}** on; **{t(lg)}** is the last good release (bisected over the releases "
+                 f"{t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per probe).")
+        L.append(f"A release counts as bad when {t(doc['bad_means'])} ({code('--bad-if ' + doc['predicate'])}).")
         if doc["untested_between"]:
-            L.append(f"Releases between them that could not be tested: {', '.join(doc['untested_between'])}.")
+            L.append(f"Releases between them that could not be tested: {t(', '.join(doc['untested_between']))}.")
     else:
         L.append("No good-to-bad boundary in the probed releases.")
     nv = doc["newest"]
     if nv.get("verdict"):
         still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
-        L.append(f"\nIt is {still} in the newest release, {nv['version']} ({nv['why']}).")
+        L.append(f"\nIt is {still} in the newest release, {t(nv['version'])} ({t(nv['why'])}).")
     L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
     for p in doc["probes"]:
-        mark = f"**{p['verdict']}**" if p["version"] in (lg, fb) else p["verdict"]
-        L.append(f"| {p['version']} | {mark} | {p['nan_rows'] or 0} | {p['inf_rows'] or 0} | {p['rows'] or 0} |")
-    L += ["", f"Last good: **{lg}**, first bad: **{fb}**." if fb else "", ""]
+        mark = f"**{t(p['verdict'])}**" if p["version"] in (lg, fb) else t(p["verdict"])
+        L.append(f"| {t(p['version'])} | {mark} | {t(p['nan_rows'] or 0)} | {t(p['inf_rows'] or 0)} | {t(p['rows'] or 0)} |")
+    L += ["", f"Last good: **{t(lg)}**, first bad: **{t(fb)}**." if fb else "", ""]
     if doc.get("commits") and doc["commits"]["last_good"]:
         c = doc["commits"]
-        L += ["### Commit range", "", f"Built from `{c['last_good']}` ({lg}, good) .. `{c['first_bad']}` ({fb}, bad), "
-              "as `onnxruntime.get_build_info()` reports them: " + (c["compare"] or ""), ""]
+        L += ["### Commit range", "", f"Built from {code(c['last_good'])} ({t(lg)}, good) .. {code(c['first_bad'])} "
+              f"({t(fb)}, bad), as `onnxruntime.get_build_info()` reports them: " + t(c["compare"] or ""), ""]
     if doc["explanation"]:
-        L += ["### What changed", "", doc["explanation"]["text"], ""]
+        L += ["### What changed", "", prose(doc["explanation"]["text"]), ""]
         if doc["explanation"].get("suspect"):
-            L += [f"Suspect node: `{doc['explanation']['suspect']}`.", ""]
+            L += [f"Suspect node: {code(doc['explanation']['suspect'])}.", ""]
     if doc["options"]:
         L += ["### Session options", ""]
         for o in doc["options"]:
-            L.append(f"- {o['message']}")
+            L.append(f"- {prose(o['message'])}")
         L.append("")
     if doc["repeat"]:
         L += ["### Determinism", ""]
         for r in doc["repeat"]:
-            L.append(f"- onnxruntime {r['version']}, {r['n']} identical runs in fresh processes: {r['verdict']} ({r['why']}).")
+            L.append(f"- onnxruntime {t(r['version'])}, {t(r['n'])} identical runs in fresh processes: "
+                     f"{t(r['verdict'])} ({t(r['why'])}).")
         L.append("")
     if doc["mitigation"]:
         m = doc["mitigation"]
-        L += ["### Workaround", "", m["message"],
-              f"Patched model (nodes kept in fp32 with Cast in / Cast out): `{m['patched_model']}`.", ""]
+        L += ["### Workaround", "", prose(m["message"]),
+              f"Patched model (nodes kept in fp32 with Cast in / Cast out): {code(m['patched_model'])}.", ""]
     r = doc["repro"]
     version = fb or doc["probes"][-1]["version"]
-    L += ["### To reproduce", "", f"Where: {doc['repro_where']}", ""]
+    L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
     if r["reduced"]:
         red = r["reduced"]
-        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {red['nodes']} of the model's {red['of']} nodes "
-                 f"(original node names kept) on {red['rows']} row(s), checked good on {red['pair'][0]} and bad on "
-                 f"{red['pair'][1]} on the platform above. Only onnxruntime and numpy are needed:")
+        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {t(red['nodes'])} of the model's {t(red['of'])} "
+                 f"nodes (original node names kept) on {t(red['rows'])} row(s), checked good on {t(red['pair'][0])} "
+                 f"and bad on {t(red['pair'][1])} on the platform above. Only onnxruntime and numpy are needed:")
     else:
         L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+    for note in r.get("notes") or ():
+        L += ["", f"Note: {t(note)}"]
+    sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
     full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
             "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
-            if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model (sha256 {r['model_sha256'][:16]}...)")
-    L += ["", "```", f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
+            if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model ({sha})")
+    commands = [f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
     if r["reduced"]:
-        L.append("python repro.py                 # the reduced model")
-    L += [full, "```", ""]
+        commands.append("python repro.py                 # the reduced model")
+    L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
     if env.get("reproduce"):
-        L += [f"On the platform where ortbisect saw it ({env['backend']}):", "", "```", env["reproduce"], "```", ""]
-    L += ["<details><summary>repro.py</summary>", "", "```python", doc["repro"]["script"].rstrip(), "```", "",
+        L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
+    L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"), "",
           "</details>", ""]
     L += ["### System information", "", "| | |", "|---|---|"]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
-            ("CPU flags", " ".join(env["cpu_flags"]) or "?"),
+            ("CPU flags", " ".join(map(str, env["cpu_flags"])) or "?"),
             ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"),
             ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{lg} (good), {fb} (bad)" if fb else "?"),
             ("Execution provider", env["execution_provider"]), ("How it ran", env["backend"]),
             ("Session options", json.dumps(doc["session_options"]) if doc["session_options"] else "defaults")]
     for k, v in rows:
-        L.append(f"| {k} | {str(v).replace('|', '/')} |")
+        L.append(f"| {k} | {t(v)} |")
     if env.get("build_info"):
-        L.append(f"| Build info ({env['seen_in']}) | {env['build_info'].replace('|', '/')} |")
-    L += ["", f"<sub>Generated by ortbisect (run {doc['run_id']}).</sub>", ""]
+        L.append(f"| Build info ({t(env['seen_in'])}) | {t(env['build_info'])} |")
+    L += ["", f"<sub>Generated by ortbisect (run {t(doc['run_id'])}).</sub>", ""]
     return "\n".join(L)

@@ -103,7 +103,9 @@ class QemuRunner(Runner):
         python = provenance.get("python") or PYTHON
         sysroot = Path("$SYSROOT")
         binary = qp.QemuBinary(Path("qemu-aarch64"), qp.MIN_QEMU)
-        run = qp.qemu_command(binary, sysroot, cpu or qp.DEFAULT_CPU, [sysroot_python(sysroot), script])
+        # values of a record, quoted: the command is for a reader to paste ($SYSROOT is left for the shell)
+        run = qp.qemu_command(binary, sysroot, shlex.quote(cpu or qp.DEFAULT_CPU),
+                              [sysroot_python(sysroot), shlex.quote(script)])
         reproduce = [f"# QEMU >= {qp.MIN_QEMU} user mode; SYSROOT: an arm64 Debian root with CPython {python}",
                      shlex.join(["uv", *site_install_args("site", Target(ARCH, python), version)]),
                      "PYTHONPATH=site " + " ".join(run)]

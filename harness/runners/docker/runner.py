@@ -110,9 +110,11 @@ class DockerRunner(Runner):
         cpu = provenance.get("cpu")
         python = provenance.get("python") or "3.11"
         platform = de.docker_platform(provenance.get("arch") or native_arch())
-        inside = f"pip install onnxruntime=={version} numpy && python {script}"
-        reproduce = (f"docker run --rm --platform {platform}" + (f" -e QEMU_CPU={cpu}" if cpu else "")
-                     + f' -v "$PWD:/w" -w /w python:{python}-slim sh -c {shlex.quote(inside)}')
+        inside = f"pip install onnxruntime=={shlex.quote(version)} numpy && python {shlex.quote(script)}"
+        # values of a record, quoted: the command is for a reader to paste
+        reproduce = (f"docker run --rm --platform {shlex.quote(platform)}"
+                     + (f" -e {shlex.quote(f'QEMU_CPU={cpu}')}" if cpu else "")
+                     + f' -v "$PWD:/w" -w /w {shlex.quote(f"python:{python}-slim")} sh -c {shlex.quote(inside)}')
         engine = provenance.get("engine") or {}
         on = f" on engine {engine.get('name')} ({engine.get('arch')})" if engine else ""
         return {"how": f"container {provenance.get('image', '?')}{on}" + (f", emulated CPU {cpu}" if cpu else ""),

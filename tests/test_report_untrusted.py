@@ -1,0 +1,378 @@
+"""`bisect report` on evidence from elsewhere: a results directory is data, never code, markup or a way to a file.
+
+Each test makes a real run directory as `bisect run` opens it (tests/inproc.py, nothing installed), records
+probes as the driver writes them, tampers with what another machine could have written (manifest.json,
+probes.jsonl, reduce.json), makes the report and its repro script, and looks at what came out: the script is
+executed in a fresh directory, parsed, and its embedded files decoded; the Markdown is parsed.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import io
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import builders
+import inproc
+import numpy as np
+import pytest
+from replay import outputs as output_stats
+
+from harness.report import escape, terminal, upstream
+from harness.results.store import REDUCED, REPRO, RunStore
+
+# Each breaks out of one way of pasting a value into Python source: a docstring, a string literal of either
+# quote, a bad escape (a SyntaxError if pasted raw), and a code fence and a heading of the Markdown around it.
+ESCAPES = 'tiny"""\nimport os; os.system("touch pwned")\n"""'
+PAYLOAD = (ESCAPES + "'''\nimport os; os.system('touch pwned')\n'''" + '"\nimport os; os.system("touch pwned")#'
+           + "\\N{\n````\n## Injected heading\n\x1b[2J")
+
+
+def _run(root: Path, listing: Path) -> Path:
+    """A run of the residual-norm model (small enough to embed) with 1.19.2 good and 1.20.0 bad recorded."""
+    d = root / "made"
+    d.mkdir(parents=True)
+    builders.save(builders.residual_norm_model(), d / "model.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    cache = root / "cache"
+    shutil.copytree(listing, cache / "index")
+    plan = inproc.open_run(d / "model.onnx", d / "batch.npz", cache, root / "results")
+    for version, nan in (("1.19.2", 0), ("1.20.0", 2)):
+        plan.store.append({
+            "version": version, "package": "onnxruntime", "provenance": plan.runner.provenance(), "status": "ran",
+            "reason": "ran", "finished": f"2026-01-01T00:00:0{nan}Z", "seconds": 0.1, "repeats": 1,
+            "result": {"stage": "done", "outputs": [output_stats(4, nan)], "platform": "Linux-6.1-x86_64",
+                       "python": "3.11.7", "numpy": "2.1.0", "cpu": {"model": "Example CPU @ 2.0GHz", "flags": ["avx2"]},
+                       "onnxruntime": {"version": version, "build_info": f"git-commit-id=abc{nan}, build type=Release"}}})
+    return plan.store.dir
+
+
+@pytest.fixture
+def run_dir(tmp_path, listing) -> Path:
+    return _run(tmp_path / "run", listing)
+
+
+def _edit_manifest(run_dir: Path, edit) -> None:
+    path = run_dir / "manifest.json"
+    doc = json.loads(path.read_text())
+    edit(doc)
+    path.write_text(json.dumps(doc))
+
+
+def _edit_records(run_dir: Path, edit) -> None:
+    path = run_dir / "probes.jsonl"
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for rec in recs:
+        edit(rec)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+
+def _report(run_dir: Path) -> tuple[dict, str, str]:
+    """(the report document, its Markdown as report.md keeps it, the repro script as written)."""
+    doc = upstream.build(run_dir, cache_dir=run_dir.parent.parent / "cache", offline=True, probe=False)
+    md = upstream.save(run_dir, doc).read_text()
+    return doc, md, (run_dir / REPRO).read_text()
+
+
+def _execute(script: str, where: Path) -> subprocess.CompletedProcess:
+    """The repro script run as a reader would run it, in a directory of its own (no onnxruntime needed to show
+    what runs before its imports: the project's Python has none, a release's environment is a release test)."""
+    where.mkdir(parents=True, exist_ok=True)
+    (where / REPRO).write_text(script)
+    return subprocess.run([sys.executable, REPRO], cwd=where, capture_output=True, text=True, timeout=120,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+
+
+def _constants(script: str) -> dict:
+    """The script's module body: a docstring, imports, constants that are literals, functions, the main guard;
+    its constants (each value read by ast.literal_eval, so none of them is code)."""
+    tree = ast.parse(script)
+    consts = {"__doc__": ast.get_docstring(tree, clean=False)}
+    for node in tree.body:
+        if isinstance(node, ast.Assign):
+            (target,) = node.targets
+            consts[target.id] = ast.literal_eval(node.value)
+        else:
+            assert isinstance(node, (ast.Import, ast.FunctionDef, ast.If)) or (
+                node is tree.body[0] and isinstance(node, ast.Expr)), ast.dump(node)[:200]
+    return consts
+
+
+def _decoded(consts: dict) -> dict[str, bytes]:
+    return {k: base64.b64decode("".join(v.split())) for k, v in consts.items() if k.endswith("_B64") and v}
+
+
+# -- 1. a value of the evidence reaches the repro script as data -------------------------------------------
+
+
+TAMPERINGS = {
+    "manifest model name": lambda run: _edit_manifest(run, lambda m: m["model"].update(name=PAYLOAD)),
+    "record CPU model": lambda run: _edit_records(run, lambda r: r["result"]["cpu"].update(model=PAYLOAD)),
+    "key package name": lambda run: _edit_manifest(run, lambda m: m["key"].update(package=PAYLOAD)),
+    "key output names": lambda run: _edit_manifest(run, lambda m: m["key"].update(outputs=[PAYLOAD, "y"])),
+    "key session options": lambda run: _edit_manifest(
+        run, lambda m: m["key"].update(session_options={PAYLOAD: PAYLOAD, "intra_op_num_threads": PAYLOAD})),
+    "key provider options": lambda run: _edit_manifest(
+        run, lambda m: m["key"].update(ep="cpu", ep_options={PAYLOAD: PAYLOAD})),
+    "model file name": lambda run: _edit_manifest(
+        run, lambda m: m["model"].update(path=str(Path(m["model"]["path"]).with_name(PAYLOAD.replace("/", "_"))))),
+}
+
+
+@pytest.mark.parametrize("where", sorted(TAMPERINGS))
+def test_a_hostile_string_in_the_evidence_is_data_in_the_repro_script(run_dir, tmp_path, where):
+    TAMPERINGS[where](run_dir)
+    doc, md, script = _report(run_dir)
+    ran = _execute(script, tmp_path / "elsewhere")
+    assert not (tmp_path / "elsewhere" / "pwned").exists(), ran.stderr
+    assert "SyntaxError" not in ran.stderr, ran.stderr
+    consts = _constants(script)  # it parses, and every constant is a literal
+    shown = json.dumps(consts) + consts["__doc__"]
+    assert "touch pwned" in shown  # the value is there, as data (a test that dropped it would prove nothing)
+    assert "\x1b" not in script and "\n## Injected" not in consts["__doc__"]
+    if where == "key output names":
+        assert consts["FULL_OUTPUTS"] == [PAYLOAD, "y"]
+    if where == "key session options":
+        assert consts["SESSION_OPTIONS"] == {PAYLOAD: PAYLOAD, "intra_op_num_threads": PAYLOAD}
+    if where == "key provider options":
+        assert consts["PROVIDERS"] == [["CPUExecutionProvider", {PAYLOAD: PAYLOAD}]]
+    # the script inside report.md is the script, whole: no value closed its fence
+    assert _fences(md)["python"] == script.rstrip() + "\n"
+
+
+def test_a_clean_run_embeds_its_model_and_batch(run_dir, tmp_path):
+    """What the tampered runs below must not do is what a clean run does: the model and batch are embedded."""
+    _, md, script = _report(run_dir)
+    files = _decoded(_constants(script))
+    assert files["FULL_MODEL_B64"] == (tmp_path / "run" / "made" / "model.onnx").read_bytes()
+    with np.load(io.BytesIO(files["FULL_INPUTS_NPZ_B64"])) as batch:
+        assert np.array_equal(batch["x"], builders.residual_norm_inputs()["x"], equal_nan=True)
+    assert "Note:" not in md and "not embedded" not in script
+
+
+# -- 2. only the run's own files are embedded ---------------------------------------------------------------
+
+
+SECRET = b"-----BEGIN OPENSSH PRIVATE KEY----- not the run's model -----END OPENSSH PRIVATE KEY-----\n"
+
+
+def _assert_not_embedded(script: str, md: str, secret: bytes) -> None:
+    files = _decoded(_constants(script))
+    assert all(secret not in data for data in files.values())
+    assert base64.b64encode(secret).decode()[:40] not in script + md
+
+
+def test_a_manifest_naming_another_file_as_the_model_does_not_embed_it(run_dir, tmp_path):
+    secret = tmp_path / "home" / "id_ed25519"
+    secret.parent.mkdir()
+    secret.write_bytes(SECRET)
+    _edit_manifest(run_dir, lambda m: m["model"].update(path=str(secret)))
+    doc, md, script = _report(run_dir)
+    _assert_not_embedded(script, md, SECRET)
+    consts = _constants(script)
+    assert consts["FULL_MODEL_B64"] is None and consts["FULL_MODEL_SHA256"] is None
+    assert not doc["repro"]["model_embedded"]
+    line = "the file at the run's model path (id_ed25519) is not the run's model"
+    assert line in consts["__doc__"] and f"Note: {escape.md_text(line)}" in md
+    assert consts["FULL_INPUTS_NPZ_B64"]  # the batch is still the run's, and embedded
+
+
+def test_a_manifest_naming_another_npz_as_the_batch_does_not_embed_it(run_dir, tmp_path):
+    secret = tmp_path / "home" / "other.npz"
+    secret.parent.mkdir()
+    np.savez(secret, secret=np.frombuffer(SECRET, np.uint8))
+    _edit_manifest(run_dir, lambda m: m["batch"].update(path=str(secret)))
+    doc, md, script = _report(run_dir)
+    consts = _constants(script)
+    assert consts["FULL_INPUTS_NPZ_B64"] is None
+    files = _decoded(consts)
+    assert all(SECRET not in data for data in files.values())
+    for data in files.values():  # nor the array compressed inside an .npz
+        if data[:2] == b"PK":
+            with np.load(io.BytesIO(data)) as z:
+                assert "secret" not in z.files
+    assert "the file at the run's batch path (other.npz) is not the run's batch" in consts["__doc__"]
+    assert consts["FULL_MODEL_B64"]  # the model is still the run's, and embedded
+
+
+@pytest.mark.parametrize("how", ["path out of the run", "link"])
+def test_a_reduction_naming_a_file_outside_the_run_does_not_embed_it(run_dir, tmp_path, how):
+    secret = tmp_path / "home" / "id_ed25519"
+    secret.parent.mkdir()
+    secret.write_bytes(SECRET)
+    reduced = run_dir / REDUCED
+    reduced.mkdir()
+    np.savez(reduced / "inputs.npz", **builders.residual_norm_inputs())
+    if how == "link":
+        (reduced / "model.onnx").symlink_to(secret)
+        name = "model.onnx"
+    else:
+        name = os.path.relpath(secret, reduced)
+    RunStore(reduced).save_document("reduce", {
+        "kind": "reduce", "pair": ["1.19.2", "1.20.0"], "rows": {"before": 4, "after": 1, "kept": [1]},
+        "positions": {"before": None, "after": None}, "nodes": {"before": 3, "after": 1, "kept": ["n"]},
+        "model": {"file": name, "bytes": len(SECRET), "inputs": ["x"], "outputs": ["y"]},
+        "inputs": {"file": "inputs.npz", "bytes": 1}, "verified": {"verdicts": {}, "flips": True}})
+    doc, md, script = _report(run_dir)
+    _assert_not_embedded(script, md, SECRET)
+    assert _constants(script)["REDUCED_MODEL_B64"] is None and doc["repro"]["reduced"] is None
+
+
+# -- 3. Markdown and terminal escapes in names make no markup ---------------------------------------------
+
+
+def _tokens(md: str):
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(md)
+
+
+def _fences(md: str) -> dict[str, str]:
+    return {t.info or f"block {i}": t.content for i, t in enumerate(_tokens(md)) if t.type == "fence"}
+
+
+def _inline(md: str) -> list:
+    return [child for t in _tokens(md) if t.type == "inline" for child in t.children or []]
+
+
+MARKDOWN = ("evil](http://evil.example) [click](http://evil.example) <img src=x onerror=alert(1)> **b** _i_ ~~s~~ "
+            "&amp; | cell ``")
+
+
+def _structure(md: str) -> tuple[list, list]:
+    """The report's blocks and inline markup, without the text: what a value of the evidence must not change."""
+    tokens = _tokens(md)
+    return ([(t.type, t.tag, t.info) for t in tokens if t.type != "inline"],
+            [(c.type, c.content if c.type == "html_inline" else "") for c in _inline(md) if c.type != "text"])
+
+
+def test_markdown_and_line_breaks_in_names_make_no_heading_link_html_or_cell(tmp_path, listing):
+    clean, _, _ = _report(_run(tmp_path / "clean", listing))
+    run_dir = _run(tmp_path / "tampered", listing)
+    _edit_manifest(run_dir, lambda m: m["model"].update(name="## " + MARKDOWN + "\n# Heading\n```"))
+    _edit_records(run_dir, lambda r: (r.update(reason=MARKDOWN), r["result"]["cpu"].update(model=MARKDOWN + "\n| x |"),
+                                      r["result"].update(platform="1. " + MARKDOWN, python="- " + MARKDOWN)))
+    doc, md, script = _report(run_dir)
+    # the same headings, paragraphs, table cells, fences and inline markup as the clean run's report: no value of
+    # the evidence made a heading, a link, an image, HTML, emphasis, a cell or a row, nor closed a fence
+    assert _structure(md) == _structure(upstream.markdown(clean))
+    assert not [c for c in _inline(md) if c.type in ("link_open", "image")]
+    text = "".join(c.content for c in _inline(md) if c.type == "text")
+    assert MARKDOWN.replace("`", "") in text  # shown as written
+    assert _fences(md)["python"] == script.rstrip() + "\n"
+    assert "\x1b" not in md
+
+
+ANSI = "\x1b]8;;http://evil.example\x07click\x1b]8;;\x07 \x1b[2J\x1b[H [link=http://evil.example]x[/link] [bold]b"
+
+
+def _render(renderable) -> str:
+    from rich.console import Console
+
+    buf = io.StringIO()
+    Console(file=buf, force_terminal=True, color_system="truecolor", width=400).print(renderable)
+    return buf.getvalue()
+
+
+def _assert_inert(shown: str) -> None:
+    # rich writes SGR colours of its own (ESC [ ... m) and nothing else: any other escape (a link, OSC 8; a screen
+    # clear; a bell) or control character is the input's
+    text = re.sub(r"\x1b\[[0-9;]*m", "", shown)
+    assert not [c for c in text if not c.isprintable() and c != "\n"], repr(text)
+    assert "\\x1b]8;;http://evil.example\\x07click" in text  # made printable, shown
+    assert "[link=http://evil.example]x[/link]" in text  # markup of the evidence is text
+
+
+def test_the_terminal_shows_control_characters_and_markup_of_records_as_text(run_dir):
+    _edit_records(run_dir, lambda r: r.update(reason=ANSI, package=ANSI))
+    from rich.console import Console
+
+    recs = RunStore(run_dir).records()
+    console = Console(file=io.StringIO(), force_terminal=True, width=400)
+    lines = terminal.ProbeLines(console, spinner=False)
+    for rec in recs:
+        lines.probe_finished({**rec, "verdict": "bad", "why": rec["reason"]}, reused=True)
+    _assert_inert(console.file.getvalue())
+    doc = {"provenance": {**recs[0]["provenance"], "cpu": ANSI},
+           "probes": [{"version": r["version"], "verdict": "bad", "why": r["reason"], "nan_rows": 2, "inf_rows": 0,
+                       "rows": 4, "seconds": 0.1, "commit": ANSI, "reused": True, "decided_by": ["error"]} for r in recs]}
+    _assert_inert(_render(terminal.run_table(doc)))
+    pairs = {"model": ANSI, "version": "1.20.0", "provenance": {}, "pairs": [
+        {"label": ANSI, "status": ANSI, "reason": ANSI, "providers": {"used": [ANSI]}},
+        {"label": "b", "status": "ran", "diverges": True, "why": ANSI}]}
+    _assert_inert(_render(terminal.compare_table(pairs)))
+
+
+# -- the shell commands the report suggests ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["qemu", "docker"])
+def test_a_hostile_cpu_or_python_in_a_record_stays_one_argument_of_the_suggested_commands(backend):
+    from harness.runners import describe
+
+    hostile = "neoverse-n1; touch pwned #"
+    ran = describe({"backend": backend, "arch": "aarch64", "cpu": hostile, "python": "3.11"}, None, "1.20.0", REPRO)
+    words = [w for line in ran["reproduce"].splitlines() if not line.startswith("#") for w in shlex.split(line)]
+    assert "touch" not in words and (hostile in words or f"QEMU_CPU={hostile}" in words), ran["reproduce"]
+    env = upstream.environment({"1.20.0": {"provenance": {"backend": backend, "arch": "aarch64", "cpu": "a72",
+                                                          "python": "3.11\ntouch pwned"}, "result": {}}},
+                               {"backend": backend, "arch": "aarch64"}, "1.20.0")
+    assert not [line for line in env["reproduce"].splitlines() if line.lstrip().startswith("touch")], env["reproduce"]
+
+
+# -- with a release: the hostile script still judges ---------------------------------------------------------
+
+
+@pytest.mark.release
+def test_the_repro_of_a_tampered_run_judges_on_a_release_and_runs_nothing_else(run_dir, tmp_path, fresh_python):
+    for where in ("manifest model name", "record CPU model", "key package name"):
+        TAMPERINGS[where](run_dir)
+    _, _, script = _report(run_dir)
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / REPRO).write_text(script)
+    out = builders.run_script(fresh_python("1.20.0"), where / REPRO)
+    assert not (where / "pwned").exists()
+    assert out.returncode == 1 and out.stdout.startswith("onnxruntime 1.20.0, full model: bad"), out.stderr
+
+
+# -- the helpers themselves ----------------------------------------------------------------------------------
+
+
+def test_a_value_with_no_python_literal_stops_the_repro_with_one_line(run_dir):
+    from harness.errors import HarnessError
+
+    path = run_dir / "manifest.json"
+    path.write_text(path.read_text().replace('"session_options": {}', '"session_options": {"x": NaN}'))
+    with pytest.raises(HarnessError, match="no repro script: the run's evidence holds"):
+        _report(run_dir)
+    assert not (run_dir / REPRO).exists()
+
+
+@pytest.mark.parametrize("text", [PAYLOAD, MARKDOWN, ANSI, "x86_64 1.20.0 a_b", "``", "- item", "1. item", "---",
+                                  "\ud800 lone surrogate", "\u202e bidi"])
+def test_the_escapes_show_the_text_and_make_nothing_of_it(text):
+    shown = escape.printable(text)
+    assert shown.isprintable() and (shown == text) == text.isprintable()
+    assert "\n" not in escape.md_text(text) and "\n" not in escape.md_code(text)
+    para = [t for t in _tokens(escape.md_text(text)) if t.type == "inline"]
+    assert [c.type for p in para for c in p.children] in ([], ["text"])  # one text: no markup
+    assert "".join(c.content for p in para for c in p.children) == shown.strip()
+    code = [c for t in _tokens(escape.md_code(text)) if t.type == "inline" for c in t.children]
+    assert [c.type for c in code] == ["code_inline"] and code[0].content == shown
+    content = text + "\n```\n" + text
+    fenced = [t for t in _tokens("\n".join(escape.md_fence(content))) if t.type == "fence"]
+    assert [t.content for t in fenced] == ["\n".join(map(escape.printable, content.split("\n"))) + "\n"]
+    assert ast.literal_eval(escape.py_literal({text: [text]})) == {text: [text]}
+    assert ast.literal_eval(f'"""{escape.py_docstring(text)}"""') == shown
+    for bad in (float("nan"), {1: "x"}, b"bytes", object()):
+        with pytest.raises(ValueError):
+            escape.py_literal({"k": bad})
