@@ -18,7 +18,15 @@ from harness.vocabulary import DEFAULT_RESULTS_DIR
               callback=directory_option)
 @click.option("--title", default="ortbisect dashboard", show_default=True)
 def command(results, out_dir, title):
-    """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it."""
+    """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it.
+
+    SITE may lie inside RESULTS (-o results/site) and be rebuilt there: it is
+    marked as a site (.ortbisect-site) and merge and every reader of runs
+    pass over it. It may not be RESULTS itself nor inside a run. A run with a
+    symbolic link among its files is left out (the link is never read
+    through) and named on the page; a site that cannot be written ends in one
+    line, exit status 1.
+    """
     from harness.errors import UsageError
     from harness.report.dashboard import build
 

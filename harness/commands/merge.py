@@ -27,6 +27,15 @@ def command(root, sources, quarantine, as_json):
     not a probe record, unless --quarantine (which names the file, line and
     text of each line it sets aside). A last line cut off mid-write is left
     out with a warning.
+
+    SOURCES are untrusted: runs are searched three folders deep, never
+    through a symbolic link, and a link among a run's files (or a FIFO and
+    the like) refuses the merge, naming it. A run keeps its manifest's run id
+    as its name (`merge ROOT .` from inside a run works); every write stays
+    inside ROOT. Each run is merged whole or not at all: its files are staged
+    in ROOT/.merging and put in place at the end, and a failure (a full disk,
+    a read-only ROOT) leaves the run as it was and ends in one line, exit
+    status 1. A dashboard's site inside a source (results/site) is not a run.
     """
     from harness.results.history import merge
 

@@ -1,11 +1,15 @@
 """The nightly dashboard: one self-contained static HTML page from a results root.
 
+The module holds one concept, the page: its parts, its style and script, and the site it is written in.
+
     site/index.html        the page: inline CSS, inline SVG, one inline script (the filters; allowed
                            by its hash in the page's Content-Security-Policy), no network
     site/dashboard.json    every row's verdicts, boundary, margins (the grid as data)
     site/changes.json      what the newest run changed (overview.changes)
     site/data/<run-id>/... copies of each run's manifest.json, probes.jsonl, cells/, traces/, report.md,
                            repro.py (the page links to them relatively, so the site can be moved or published)
+    site/.ortbisect-site   marks a site: no reader takes it for runs, so it may lie in the results root and
+                           be rebuilt there; no write leaves the site, no read goes through a link (results.runs)
 
 What is on the page (the data comes from harness.report.overview):
 
@@ -36,13 +40,12 @@ import io
 import json
 import math
 import re
-import shutil
 import time
 from collections import defaultdict
 from pathlib import Path
 from urllib.parse import quote
 
-from harness.errors import UsageError
+from harness.errors import HarnessError, UsageError
 from harness.report.overview import (
     Changes,
     Row,
@@ -51,6 +54,14 @@ from harness.report.overview import (
     nights,
     runs_of,
     vkey,
+)
+from harness.results.runs import (
+    check_site,
+    copy_into,
+    files_in,
+    mark_site,
+    why,
+    write_inside,
 )
 from harness.results.store import CELLS, MANIFEST, PROBES, SIDE_DIRS, SIDE_FILES
 
@@ -454,15 +465,11 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
 
 
 def copy_raw(rows: list[Row], out: Path) -> None:
+    """Each run's manifest, probes, report, repro and every file under cells/ and traces/, into data/<run-id>/."""
+    site = Path(out).resolve()
     for d in sorted({r.run_dir for r in rows}):
-        dst = out / "data" / d.name
-        dst.mkdir(parents=True, exist_ok=True)
-        for name in (MANIFEST, PROBES, *SIDE_FILES):
-            if (d / name).is_file():
-                shutil.copy2(d / name, dst / name)
-        for sub in SIDE_DIRS:
-            if (d / sub).is_dir():
-                shutil.copytree(d / sub, dst / sub, dirs_exist_ok=True)
+        rels = [name for name in (MANIFEST, PROBES, *SIDE_FILES) if (d / name).is_file()]
+        copy_into(d, site / "data" / d.name, rels + [f for sub in SIDE_DIRS for f in files_in(d, sub, deep=True)], site)
 
 
 def _json_number(x):
@@ -473,26 +480,31 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
           left_out: list | None = None) -> Path:
     """The page (and dashboard.json, changes.json, data/); runs that cannot be read go in `left_out` (see collect)."""
     left_out = [] if left_out is None else left_out
-    rows = collect(root, warn, left_out)
-    if any(r.headroom for r in rows):
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError("bisect dashboard draws the traces' charts with matplotlib, which is not installed "
-                             "(uv run --with matplotlib bisect dashboard ...)") from None
-    out.mkdir(parents=True, exist_ok=True)
-    copy_raw(rows, out)
-    runs = runs_of(t for r in rows for _, t, _ in r.judged)
-    ch = changes(rows, runs)
-    page = out / "index.html"
-    page.write_text(render(rows, title, left_out, ch, runs), encoding="utf-8")
-    grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
-                    "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
-                    "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
-                    "margins": {v: {k: _json_number(x) for k, x in m.items()} for v, m in r.margins.items()},
-                    "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
-    (out / "dashboard.json").write_text(json.dumps(grid, indent=1, sort_keys=True))
-    (out / "changes.json").write_text(json.dumps({"run_started": ch.run_started, "previous_run": ch.previous_run,
-                                                  "new_releases": ch.new_releases, "flipped": ch.flipped,
-                                                  "new_boundaries": ch.new_boundaries}, indent=1))
+    check_site(root, out)
+    site = Path(out).resolve()
+    try:
+        mark_site(site)  # before the runs are searched
+        rows = collect(root, warn, left_out)
+        if any(r.headroom for r in rows):
+            try:
+                import matplotlib  # noqa: F401
+            except ImportError:
+                raise UsageError("bisect dashboard draws the traces' charts with matplotlib, which is not installed "
+                                 "(uv run --with matplotlib bisect dashboard ...)") from None
+        copy_raw(rows, site)
+        runs = runs_of(t for r in rows for _, t, _ in r.judged)
+        ch = changes(rows, runs)
+        page = Path(out) / "index.html"
+        write_inside(site, page, render(rows, title, left_out, ch, runs).encode("utf-8"))
+        grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
+                        "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
+                        "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
+                        "margins": {v: {k: _json_number(x) for k, x in m.items()} for v, m in r.margins.items()},
+                        "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
+        write_inside(site, site / "dashboard.json", json.dumps(grid, indent=1, sort_keys=True))
+        changed = {"run_started": ch.run_started, "previous_run": ch.previous_run, "new_releases": ch.new_releases,
+                   "flipped": ch.flipped, "new_boundaries": ch.new_boundaries}
+        write_inside(site, site / "changes.json", json.dumps(changed, indent=1))
+    except OSError as exc:
+        raise HarnessError(f"cannot write the dashboard to {out}: {why(exc)}") from None
     return page

@@ -27,7 +27,8 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
 from harness.metrics import of_record
-from harness.results.history import latest_by_version, run_dirs
+from harness.results.history import latest_by_version
+from harness.results.runs import run_dirs
 from harness.results.store import CELLS, REPORT, TRACES, RunStore, read_manifest
 from harness.runners import PROVENANCE_KEYS
 
@@ -176,14 +177,20 @@ def margins_of(record: dict) -> dict:
 def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
     """A row per (run, predicate) under `root`.
 
-    A run whose manifest cannot be read, or whose probes.jsonl holds a complete
-    line that is not a probe record, is left out: `warn` hears why and
-    `left_out` gets (run directory, reason). A last line cut off mid-write is
-    only warned about.
+    A run whose manifest cannot be read, whose probes.jsonl holds a complete
+    line that is not a probe record, or whose evidence holds a symbolic link
+    (never read through: results.runs), is left out: `warn` hears why and
+    `left_out` gets (run directory or link, reason). A last line cut off
+    mid-write is only warned about.
     """
     rows = []
     left_out = [] if left_out is None else left_out
-    for d in run_dirs(root):
+    refused: list[tuple[Path, str]] = []
+    dirs = run_dirs(root, refused)
+    for path, why in refused:
+        warn(f"skipping {path}: {why}")
+        left_out.append((path, why))
+    for d in dirs:
         try:
             man = read_manifest(d)
         except UsageError as exc:  # an unreadable run is left out of the page, with a note on stderr

@@ -19,23 +19,51 @@ Rules (results/<run-id>/probes.jsonl is the history; nothing here deletes or rew
   file, line number, raw text) and counted, and a root run's own such lines are
   moved there out of its probes.jsonl. A last line cut off mid-write is not
   refused: it is counted as torn (and set aside under `quarantine`).
+
+Run directories from other machines are untrusted evidence; what of them is
+read, and never through a link, is harness.results.runs. Merge also:
+
+* names a merged run by its manifest's run id (else its directory's resolved
+  name), which must be a run id (evidence.RUN_ID_RE): `merge ROOT .` and
+  `merge ROOT ci/sub/..` name the run they resolve to; every path it writes
+  lies inside ROOT once resolved (runs.inside).
+* merges a run whole or not at all: its new files are written in
+  ROOT/.merging (runs.STAGING) first; a new run is then renamed into place in
+  one step, an existing one gets its files renamed into place and its records
+  appended last. A failure on the way (a full disk, a read-only root) takes
+  back what was put in place, and the run is as it was (HarnessError).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.errors import HarnessError, UsageError
+from harness.results.evidence import RUN_ID_RE
+from harness.results.runs import (
+    EVIDENCE_DIRS,
+    STAGING,
+    copy_file,
+    copy_into,
+    files_in,
+    inside,
+    is_run,
+    refusal,
+    run_dirs,
+    why,
+)
 from harness.results.store import (
     CELLS,
     MANIFEST,
+    OUTPUTS,
     PROBES,
     QUARANTINE,
-    SIDE_DIRS,
     SIDE_FILES,
     Evidence,
     RunStore,
@@ -87,25 +115,6 @@ class RefreshStore(RunStore):
         return super().records()[self.skip:]
 
 
-def run_dirs(root: Path) -> list[Path]:
-    """Run directories under `root` (or `root` itself if it is one), in name order."""
-    root = Path(root)
-    if (root / MANIFEST).is_file():
-        return [root]
-    found = []
-    for manifest in sorted(root.glob(f"*/{MANIFEST}")) + sorted(root.glob(f"*/*/{MANIFEST}")) \
-            + sorted(root.glob(f"*/*/*/{MANIFEST}")):
-        found.append(manifest.parent)
-    # a run directory is not searched inside for more runs
-    out, seen = [], set()
-    for d in found:
-        if any(p in seen for p in d.parents):
-            continue
-        seen.add(d)
-        out.append(d)
-    return sorted(out, key=lambda d: (d.name, str(d)))
-
-
 def check_consistent(run_dir: Path, manifest: dict) -> None:
     """The manifest's key agrees with the model and batch digests it records."""
     key = manifest["key"]
@@ -148,11 +157,14 @@ class MergeReport:
 def merge(root: Path, sources: list[Path], quarantine: bool = False) -> list[MergeReport]:
     """Fold the run directories found in `sources` into `root`.
 
-    All-or-nothing on key conflicts and, unless `quarantine`, on a line that is
-    not a probe record (see the module's rules).
+    All-or-nothing on key conflicts, on links and run ids and, unless
+    `quarantine`, on a line that is not a probe record; each run is then merged
+    whole or not at all (see the module's rules).
     """
-    root = Path(root)
-    plan: list[tuple[Path, dict]] = []
+    root = Path(root).resolve()
+    if is_run(root):
+        raise UsageError(f"{root}: a run directory, not a results root; merge into the folder that holds it")
+    plan: list[tuple[Path, str, dict]] = []  # (source run, its run id in the root, its manifest)
     own: list[Path] = []  # runs of the root named as sources: only their own lines are checked
     by_id: dict[str, dict] = {}
     for src in sources:
@@ -163,32 +175,57 @@ def merge(root: Path, sources: list[Path], quarantine: bool = False) -> list[Mer
         if not dirs:
             raise UsageError(f"{src}: no run directories (with {MANIFEST}) in it")
         for d in dirs:
-            if d.resolve().parent == root.resolve():
-                own.append(root / d.name)  # already in the root
+            if d.parent == root:
+                own.append(d)  # already in the root
                 continue
+            if root.is_relative_to(d):
+                raise UsageError(f"{root} lies inside the run {d}; refusing to merge a run into itself")
             m = read_manifest(d)
             check_consistent(d, m)
-            other = by_id.get(d.name)
-            if other is None and (root / d.name / MANIFEST).is_file():
-                other = read_manifest(root / d.name)
+            run_id = _run_id(d, m)
+            dst = inside(root, root / run_id)
+            other = by_id.get(run_id)
+            if other is None and os.path.lexists(dst):
+                if not is_run(dst):
+                    raise UsageError(f"{dst} exists and is not a run directory (no {MANIFEST}); refusing to merge")
+                if (link := refusal(dst)):
+                    raise UsageError(f"{link[0]}: {link[1]}; refusing to merge into {dst}")
+                other = read_manifest(dst)
             if other is not None and other["key"] != m["key"]:
-                raise UsageError(f"{d}: run {d.name} exists with another manifest key "
+                raise UsageError(f"{d}: run {run_id} exists with another manifest key "
                                  f"({_key_difference(other['key'], m['key'])}); refusing to merge")
-            by_id[d.name] = m
-            plan.append((d, m))
-    evidence = {d: RunStore(d).read() for d, _ in plan}
-    targets = list(dict.fromkeys([*own, *(root / d.name for d, _ in plan if (root / d.name / PROBES).is_file())]))
+            by_id[run_id] = m
+            plan.append((d, run_id, m))
+    evidence = {d: RunStore(d).read() for d, _, _ in plan}
+    targets = list(dict.fromkeys([*own, *(root / i for _, i, _ in plan if (root / i / PROBES).is_file())]))
     checked = list(evidence.values()) + [RunStore(t).read() for t in targets]
     corrupt = [b for ev in checked for b in ev.corrupt]
     if corrupt and not quarantine:
         more = f" (and {len(corrupt) - 1} more)" if len(corrupt) > 1 else ""
         raise HarnessError(f"{corrupt[0]}{more}; nothing merged (--quarantine sets such lines aside "
                            f"in the run's {QUARANTINE} and merges the rest)")
-    root.mkdir(parents=True, exist_ok=True)
     repaired: set[Path] = set()
-    reports = [_repair(RunStore(t), MergeReport(t.name, t), quarantine, repaired) for t in own]
-    return [r for r in reports if r.quarantined or r.torn] + \
-        [_merge_one(root, d, m, evidence[d], quarantine, repaired) for d, m in plan]
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        reports = [_repair(RunStore(t), MergeReport(t.name, t), quarantine, repaired) for t in own]
+    except OSError as exc:
+        raise HarnessError(f"cannot write to {root}: {why(exc)}; nothing merged") from None
+    reports = [r for r in reports if r.quarantined or r.torn]
+    for d, run_id, m in plan:
+        try:
+            reports.append(_merge_one(root, d, run_id, m, evidence[d], quarantine, repaired))
+        except HarnessError as exc:
+            done = sum(1 for r in reports if r.added or r.files or r.created)
+            raise HarnessError(f"{exc}" + (f" ({done} run(s) merged before it stay merged)" if done else "")) from None
+    return reports
+
+
+def _run_id(run_dir: Path, manifest: dict) -> str:
+    """The name of a source run in the root: its manifest's run id, else its directory's; refused unless a run id."""
+    run_id = manifest.get("run_id") or run_dir.name
+    if len(run_id) > 200 or not RUN_ID_RE.match(run_id) or run_id == STAGING:
+        raise UsageError(f"{run_dir}: {run_id[:64]!r} is not a run id; refusing to merge")
+    return run_id
 
 
 def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[Path]) -> MergeReport:
@@ -205,68 +242,181 @@ def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[P
     return rep
 
 
-def _set_aside(store: RunStore, ev: Evidence, rep: MergeReport, quarantine: bool) -> bool:
+def _set_aside(store: RunStore, ev: Evidence, rep: MergeReport, quarantine: bool, shown: Path | None = None) -> bool:
     """Note a torn last line of `ev`; under `quarantine`, keep every line of `ev` that is not a
-    record in `store`'s quarantine file. Whether any line was set aside."""
+    record in `store`'s quarantine file (reported as `shown`'s, where `store` stages it). Whether any line
+    was set aside."""
     if ev.torn:
         rep.torn.append(f"{ev.torn}: {'set aside' if quarantine else 'left out'}")
     if not (quarantine and ev.bad):
         return False
     store.set_aside(ev.bad)
     rep.quarantined += len(ev.bad)
-    rep.quarantine = store.dir / QUARANTINE
+    rep.quarantine = (shown or store.dir) / QUARANTINE
     return True
 
 
-def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, repaired: set[Path]) -> MergeReport:
-    dst = root / src.name
-    rep = MergeReport(src.name, src, created=not (dst / MANIFEST).is_file())
-    (dst / "outputs").mkdir(parents=True, exist_ok=True)
-    # manifest: union of the commands, earliest creation
-    if rep.created:
-        write_atomic(dst / MANIFEST, json.dumps(m, indent=1))
-    else:
-        cur = read_manifest(dst)
-        cmds = list(cur.get("commands", []))
-        for c in m.get("commands", []):
-            if c not in cmds:
-                cmds.append(c)
-        merged = {**m, **cur, "commands": sorted(cmds, key=lambda c: (c.get("time", ""), json.dumps(c)))}
-        merged["created"] = min(cur.get("created") or "~", m.get("created") or "~")
-        if merged != cur:
-            write_atomic(dst / MANIFEST, json.dumps(merged, indent=1))
-    # probes: the root run's own unreadable lines first, then the records not there yet, oldest first
-    store = RunStore(dst)
-    _repair(store, rep, quarantine, repaired)
-    _set_aside(store, ev, rep, quarantine)
-    have = {record_id(r) for r in store.read().records}
-    new = [(i, r) for i, r in enumerate(ev.records) if record_id(r) not in have]
-    for _, rec in sorted(new, key=newest_key):
-        if record_id(rec) in have:
-            continue
-        store.append(rec)
-        have.add(record_id(rec))
-        rep.added += 1
-    rep.already = len(ev.records) - rep.added
-    # outputs and side files: copy what is missing; a cell summary is replaced by a newer one
-    for sub in ("outputs", *SIDE_DIRS):
-        for f in sorted((src / sub).glob("*")) if (src / sub).is_dir() else []:
-            if not f.is_file():
-                continue
-            target = dst / sub / f.name
-            if not target.exists():
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(f, target)
-                rep.files.append(f"{sub}/{f.name}")
-            elif sub == CELLS and _generated(f) > _generated(target):
-                write_atomic(target, f.read_text())
-                rep.files.append(f"{sub}/{f.name}")
+def _merge_one(root: Path, src: Path, run_id: str, m: dict, ev: Evidence, quarantine: bool,
+               repaired: set[Path]) -> MergeReport:
+    """Merge one run whole, or leave it as it was (HarnessError): its files are written in a staging area
+    under ROOT/STAGING first, then a new run is renamed into place, an existing one gets them put in place
+    and its records appended; a failure takes back what was put in place."""
+    dst = inside(root, root / run_id)
+    rep = MergeReport(run_id, src, created=not is_run(dst))
+    staging = inside(root, root / STAGING)
+    try:
+        staging.mkdir(exist_ok=True)
+        area = Path(tempfile.mkdtemp(prefix=f"{run_id[:64]}.", dir=staging))
+    except OSError as exc:
+        raise HarnessError(f"cannot merge {src} into {dst}: {why(exc)}; nothing merged") from None
+    undone: list[str] = []  # why what was put in place could not be taken back
+    try:
+        try:
+            if rep.created:
+                _merge_new(root, src, dst, m, ev, quarantine, rep, area)
+            else:
+                _merge_existing(root, src, dst, m, ev, quarantine, repaired, rep, area, undone)
+        except OSError as exc:
+            left = (f"the run may be half merged: taking it back failed ({undone[0]}); its former files are "
+                    f"kept in {area}" if undone else "the run is as it was")
+            raise HarnessError(f"cannot merge {src} into {dst}: {why(exc)}; {left}") from None
+    finally:
+        if not undone:
+            shutil.rmtree(area, ignore_errors=True)
+        try:
+            staging.rmdir()  # unless another merge is staging there too
+        except OSError:
+            pass
+    return rep
+
+
+def _new_records(have: set[str], ev: Evidence) -> list[dict]:
+    """The records of `ev` not in `have` (record ids), oldest first, each once."""
+    new, seen = [], set(have)
+    for _, rec in sorted(enumerate(ev.records), key=newest_key):
+        if record_id(rec) not in seen:
+            seen.add(record_id(rec))
+            new.append(rec)
+    return new
+
+
+def _files_to_copy(src: Path, dst: Path) -> list[str]:
+    """What of `src` (relative paths) `dst` gains: outputs and side files it lacks, a cell summary newer
+    than its own (`generated`), a report or repro script newer than its own (mtime). Subfolders of those
+    folders are not merged."""
+    rels = [rel for sub in EVIDENCE_DIRS for rel in files_in(src, sub) if not (dst / rel).exists()
+            or (sub == CELLS and _generated(src / rel) > _generated(dst / rel))]
     for name in SIDE_FILES:
         f, target = src / name, dst / name
         if f.is_file() and (not target.is_file() or f.stat().st_mtime > target.stat().st_mtime):
-            shutil.copy2(f, target)
-            rep.files.append(name)
-    return rep
+            rels.append(name)
+    return rels
+
+
+def _merge_new(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quarantine: bool, rep: MergeReport,
+               area: Path) -> None:
+    """A run the root lacks: made whole in the staging area, then renamed into place in one step."""
+    work = area / "run"
+    (work / OUTPUTS).mkdir(parents=True)
+    write_atomic(work / MANIFEST, json.dumps(m, indent=1))
+    store = RunStore(work)
+    _set_aside(store, ev, rep, quarantine, shown=dst)
+    new = _new_records(set(), ev)
+    for rec in new:
+        store.append(rec)
+    rep.added, rep.already = len(new), len(ev.records) - len(new)
+    rep.files = _files_to_copy(src, dst)
+    copy_into(src, work, rep.files, root)
+    os.rename(work, dst)  # fails, and changes nothing, if the name was taken meanwhile
+
+
+def _merge_existing(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quarantine: bool,
+                    repaired: set[Path], rep: MergeReport, area: Path, undone: list[str]) -> None:
+    """A run the root has: its new files staged, put in place, then its new records appended. On a failure
+    what was put in place is taken back (`undone` hears why that failed, if it did)."""
+    store = RunStore(dst)
+    _repair(store, rep, quarantine, repaired)
+    work = area / "run"
+    work.mkdir()
+    staged: list[str] = []
+    # manifest: union of the commands, earliest creation
+    cur = read_manifest(dst)
+    cmds = list(cur.get("commands", []))
+    for c in m.get("commands", []):
+        if c not in cmds:
+            cmds.append(c)
+    merged = {**m, **cur, "commands": sorted(cmds, key=lambda c: (c.get("time", ""), json.dumps(c)))}
+    merged["created"] = min(cur.get("created") or "~", m.get("created") or "~")
+    # quarantine: the root run's file with the source's lines that are not records added
+    if quarantine and ev.bad and (dst / QUARANTINE).is_file():
+        copy_file(dst / QUARANTINE, work / QUARANTINE)
+    if _set_aside(RunStore(work), ev, rep, quarantine, shown=dst):
+        staged.append(QUARANTINE)
+    rep.files = _files_to_copy(src, dst)
+    copy_into(src, work, rep.files, root)
+    staged += rep.files
+    if merged != cur:
+        write_atomic(work / MANIFEST, json.dumps(merged, indent=1))
+        staged.append(MANIFEST)
+    new = _new_records({record_id(r) for r in store.read().records}, ev)
+    rep.added, rep.already = len(new), len(ev.records) - len(new)
+    targets = [inside(root, dst / rel) for rel in staged]
+    placed: list[tuple[Path, Path | None]] = []  # (target, its former file kept in the area, or None: new)
+    made: list[Path] = []  # folders made in dst
+    appended: list[dict] = []
+    try:
+        for rel, target in zip(staged, targets):
+            if not target.parent.is_dir():
+                target.parent.mkdir()
+                made.append(target.parent)
+            old = None
+            if os.path.lexists(target):
+                old = area / "old" / rel
+                old.parent.mkdir(parents=True, exist_ok=True)
+                try:
+                    os.link(target, old)  # the former file stays in place until the new one replaces it
+                except OSError:
+                    os.rename(target, old)
+            os.replace(work / rel, target)
+            placed.append((target, old))
+        for rec in new:
+            store.append(rec)
+            appended.append(rec)
+    except BaseException:
+        try:
+            if appended and not _take_back(store.dir / PROBES, appended):
+                undone.append(f"{len(appended)} record(s) appended are no longer the last lines of {PROBES}")
+            for target, old in reversed(placed):
+                if old is None:
+                    target.unlink()
+                else:
+                    os.replace(old, target)
+            for d in reversed(made):
+                d.rmdir()
+        except OSError as exc:
+            undone.append(why(exc))
+        raise
+
+
+def _take_back(path: Path, ours: list[dict]) -> bool:
+    """Cut the records `ours` off the end of probes.jsonl `path`, if they are still its last lines (no other
+    writer appended after them): a merge that failed takes back what it appended, as `RunStore.append`
+    takes back a write cut short. Whether they were."""
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    if lines[-1]:  # not ended by a newline: something else was written after them
+        return False
+    lines.pop()
+    tail = lines[-len(ours):]
+    try:
+        if len(tail) != len(ours) or [record_id(json.loads(x)) for x in tail] != [record_id(r) for r in ours]:
+            return False
+    except ValueError:
+        return False
+    with open(path, "r+b") as f:
+        f.truncate(len(data) - sum(len(x) + 1 for x in tail))
+        os.fsync(f.fileno())
+    return True
 
 
 def _generated(path: Path) -> str:
