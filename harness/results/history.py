@@ -197,11 +197,12 @@ def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[P
     if store.dir in repaired:
         return rep
     repaired.add(store.dir)
-    ev = store.read()
-    if _set_aside(store, ev, rep, quarantine):
-        store.drop_unreadable(ev)
-    elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
-        raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
+    with store.lock():  # read under the lock: a line another writer is still writing is not torn
+        ev = store.read()
+        if _set_aside(store, ev, rep, quarantine):
+            store.drop_unreadable(ev)
+        elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
+            raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
     return rep
 
 
@@ -239,14 +240,15 @@ def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, r
     store = RunStore(dst)
     _repair(store, rep, quarantine, repaired)
     _set_aside(store, ev, rep, quarantine)
-    have = {record_id(r) for r in store.read().records}
-    new = [(i, r) for i, r in enumerate(ev.records) if record_id(r) not in have]
-    for _, rec in sorted(new, key=newest_key):
-        if record_id(rec) in have:
-            continue
-        store.append(rec)
-        have.add(record_id(rec))
-        rep.added += 1
+    with store.lock():  # what is there already and what is added: one step, so merges at once add each once
+        have = {record_id(r) for r in store.read().records}
+        new = [(i, r) for i, r in enumerate(ev.records) if record_id(r) not in have]
+        for _, rec in sorted(new, key=newest_key):
+            if record_id(rec) in have:
+                continue
+            store.append(rec)
+            have.add(record_id(rec))
+            rep.added += 1
     rep.already = len(ev.records) - rep.added
     # outputs and side files: copy what is missing; a cell summary is replaced by a newer one
     for sub in ("outputs", *SIDE_DIRS):
