@@ -9,6 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from harness.errors import HarnessError
 from harness.results import evidence
 from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
 from harness.results.store import RunStore, read_manifest
@@ -158,3 +159,88 @@ def test_a_real_run_writes_evidence_its_schemas_accept(bisect, residual_norm, tm
     for cell in cells:
         validator("run-document.v1.json").validate(json.loads(cell.read_text()))
     validator("run-document.v1.json").validate(doc)
+
+
+# -- what a line may cost to read: its length and its nesting are bounded -------------------------------
+
+def nested(depth: int) -> str:
+    """A record whose `note` nests lists so that the whole line is `depth` objects and arrays deep."""
+    return json.dumps({**real_record(), "note": None})[:-1].replace('"note": null', '"note": ' + "[" * (depth - 1)
+                                                                   + "]" * (depth - 1)) + "}"
+
+
+DEEP = nested(100_000).encode()
+
+
+def test_a_line_nested_deeper_than_the_bound_is_a_bad_line_not_a_recursion_error(tmp_path):
+    store = RunStore.open(tmp_path, "r", {"model": "m"}, {}, ["bisect"])
+    store.append(real_record())
+    with open(store.dir / "probes.jsonl", "ab") as f:
+        f.write(nested(evidence.MAX_DEPTH).encode() + b"\n" + nested(evidence.MAX_DEPTH + 1).encode() + b"\n"
+                + DEEP + b"\n")
+    ev = store.read()
+    assert len(ev.records) == 2  # as deep as the bound: a record
+    assert [(b.line, b.why) for b in ev.corrupt] == [(n, f"nested deeper than {evidence.MAX_DEPTH} objects and arrays")
+                                                      for n in (3, 4)]
+    with pytest.raises(HarnessError, match="line 3: nested deeper than"):
+        store.records()
+
+
+def test_a_line_longer_than_the_bound_is_refused_unread_and_never_written(tmp_path):
+    store = RunStore.open(tmp_path, "r", {"model": "m"}, {}, ["bisect"])
+    big = {**real_record(), "stderr_tail": "x" * evidence.MAX_RECORD_BYTES}
+    with pytest.raises(HarnessError, match=f"not appended.*longer than {evidence.MAX_RECORD_BYTES} bytes"):
+        store.append(big)
+    assert not (store.dir / "probes.jsonl").exists()
+    (store.dir / "probes.jsonl").write_text(json.dumps(big) + "\n" + json.dumps(real_record()) + "\n")
+    ev = store.read()
+    assert len(ev.records) == 1 and ev.corrupt[0].line == 1 and "longer than" in ev.corrupt[0].why
+
+
+def deep_run(tmp_path: Path) -> Path:
+    """A results root of one run whose second line is nested 100,000 deep."""
+    from test_matrix import KEY, fake_run, rec
+
+    d = fake_run(tmp_path, "m-x86_64-1", KEY, [rec(f"1.{i}", 0, f"2025-01-0{i + 1}T00:00:00Z") for i in range(3)])
+    lines = (d / "probes.jsonl").read_bytes().split(b"\n")
+    lines.insert(1, DEEP)
+    (d / "probes.jsonl").write_bytes(b"\n".join(lines))
+    return d
+
+
+def test_run_over_a_deeply_nested_line_stops_with_the_file_and_line(tmp_path):
+    from replay import ReplayRunner, ran, releases
+
+    from harness.driver import Driver
+    from harness.probe import ProbeJob
+    from harness.verdicts import parse_predicate
+
+    d = deep_run(tmp_path)
+    driver = Driver(ReplayRunner({"1.0": ran(), "1.3": ran()}), releases("1.0", "1.3"), RunStore(d),
+                    ProbeJob(Path("m"), Path("b")), parse_predicate("nan"))
+    with pytest.raises(HarnessError, match=f"{d / 'probes.jsonl'} line 2: nested deeper than"):
+        driver.run()
+
+
+def test_merge_over_a_deeply_nested_line_refuses_or_sets_it_aside(tmp_path):
+    from test_matrix import ob
+
+    d = deep_run(tmp_path / "src")
+    r = ob("merge", tmp_path / "root", tmp_path / "src")
+    assert r.returncode == 1 and "RecursionError" not in r.stderr, r.stderr
+    assert f"{d / 'probes.jsonl'} line 2: nested deeper than" in r.stderr
+    q = ob("merge", tmp_path / "root", tmp_path / "src", "--quarantine", "--json")
+    assert q.returncode == 0, q.stderr
+    (doc,) = q.json()
+    assert (doc["added"], doc["quarantined"]) == (3, 1)
+    (entry,) = [json.loads(x) for x in Path(doc["quarantine"]).read_text().splitlines()]
+    assert entry["line"] == 2 and entry["raw"].encode() == DEEP
+
+
+def test_dashboard_over_a_deeply_nested_line_leaves_the_run_out(tmp_path):
+    from test_matrix import ob
+
+    deep_run(tmp_path / "res")
+    r = ob("dashboard", tmp_path / "res", "-o", tmp_path / "site")
+    assert r.returncode == 0, r.stderr
+    assert "1 run(s) left out" in r.stdout and "line 2: nested deeper than" in r.stderr

@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
 from harness.metrics import of_record
+from harness.results.evidence import loads
 from harness.results.history import latest_by_version, run_dirs
 from harness.results.store import CELLS, REPORT, TRACES, RunStore, read_manifest
 from harness.runners import PROVENANCE_KEYS
@@ -113,7 +114,7 @@ def trace_headroom(run_dir: Path) -> dict[str, float]:
     out = {}
     for f in sorted((run_dir / TRACES).glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
+            doc = loads(f.read_bytes())
         except (OSError, ValueError):
             continue
         version = doc.get("version") or f.stem

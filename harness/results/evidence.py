@@ -11,10 +11,17 @@ records against the schema files.
 
 The typed fields are what readers decide by; `raw` keeps the whole document,
 keys this version does not know included, so nothing is lost on a rewrite.
+
+Before any of that, `loads` bounds what a document may cost to read: a probe
+record line longer than MAX_RECORD_BYTES is refused unread, and objects and
+arrays nested deeper than MAX_DEPTH in any evidence document are refused (the
+json module's parser, and every reader that walks a document, recurse: a line
+nested 100,000 deep would otherwise end the reader in RecursionError).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -24,6 +31,9 @@ SCHEMA_VERSION = 1
 STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")
 VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")  # a release version, and a safe file name stem
 RUN_ID_RE = re.compile(r"^(?!\.\.?$)[^/\\\x00]+$")  # one directory name: no separator, not . or ..
+
+MAX_RECORD_BYTES = 4 << 20  # one line of probes.jsonl; the tool writes a few KB (stderr cut to 500 characters)
+MAX_DEPTH = 64  # objects and arrays inside each other; a probe record nests 5 deep, a run document 6
 
 _NUMBER = (int, float)
 _NONE = type(None)
@@ -89,6 +99,32 @@ def _check_all(what: str, items: list, fields: dict[str, tuple[type, ...]], pref
         for key in required:
             if key not in item:
                 raise EvidenceError(what, f"{prefix}[{i}].{key}", "is missing")
+
+
+def loads(raw: bytes | str, max_bytes: int | None = None):
+    """The JSON value of `raw`; ValueError saying why there is none: longer than `max_bytes` (not parsed),
+    not UTF-8 text, not JSON, or nested deeper than MAX_DEPTH."""
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ValueError(f"longer than {max_bytes} bytes ({len(raw)}); not parsed")
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    too_deep = ValueError(f"nested deeper than {MAX_DEPTH} objects and arrays")
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the parser's own bound (the interpreter's recursion limit), far past MAX_DEPTH
+        raise too_deep from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    level = [value]
+    for _ in range(MAX_DEPTH):  # breadth first, one level of nesting at a time: no recursion
+        level = [c for v in level if isinstance(v, (dict, list)) for c in (v.values() if isinstance(v, dict) else v)]
+        if not level:
+            return value
+    if any(isinstance(v, (dict, list)) for v in level):
+        raise too_deep
+    return value
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,13 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
-from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
+from harness.results.evidence import (
+    MAX_RECORD_BYTES,
+    EvidenceError,
+    ProbeRecord,
+    RunManifest,
+    loads,
+)
 from harness.results.locking import file_lock
 
 MANIFEST = "manifest.json"
@@ -206,10 +212,14 @@ class RunStore:
         a last line that is a whole record lacking only its newline gets it. If
         this write fails, what it wrote is taken back (when it is still the end
         of the file: a writer that does not take the lock is never cut).
+        A record that readers would refuse (see `read`) is refused here, and nothing is written.
         """
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        line = json.dumps(record, sort_keys=True).encode()
+        why = _parse(line)[1]
+        if why:
+            raise HarnessError(f"{self.dir / PROBES}: not appended, a reader would refuse it: {why}")
         with self.lock():
-            self._append(line)
+            self._append(line + b"\n")
 
     def _append(self, line: bytes) -> None:
         fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
@@ -372,14 +382,8 @@ class RunStore:
 def _parse(raw: bytes) -> tuple[dict | None, str | None]:
     """(record, None), or (None, why the line is not a probe record)."""
     try:
-        rec = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    except ValueError as exc:
-        return None, f"not JSON ({exc})"
-    try:
-        return ProbeRecord.parse(rec).raw, None
-    except EvidenceError as exc:
+        return ProbeRecord.parse(loads(raw, MAX_RECORD_BYTES)).raw, None
+    except (ValueError, EvidenceError) as exc:
         return None, str(exc)
 
 
@@ -396,7 +400,7 @@ def _settle_tail(fd: int) -> None:
             cut = start + i + 1
             break
         pos = start
-    if _parse(os.pread(fd, size - cut, cut))[1] is None:
+    if size - cut <= MAX_RECORD_BYTES and _parse(os.pread(fd, size - cut, cut))[1] is None:
         if os.write(fd, b"\n") != 1:
             raise OSError(28, os.strerror(28))
     else:
