@@ -44,7 +44,10 @@ def _py_types(types: tuple[type, ...]) -> set[str]:
 @pytest.mark.parametrize("fields,file,path", [
     ({"version": (str,), "status": (str,), **evidence.RECORD_FIELDS}, "probe-record.v1.json", ()),
     (evidence.PROVENANCE_FIELDS, "probe-record.v1.json", ("provenance",)),
+    (evidence.PROVIDERS_FIELDS, "probe-record.v1.json", ("providers",)),
+    (evidence.METRICS_FIELDS, "probe-record.v1.json", ("metrics",)),
     (evidence.RESULT_FIELDS, "probe-record.v1.json", ("result",)),
+    (evidence.ROWS_FIELDS, "probe-record.v1.json", ("result", "rows")),
     (evidence.OUTPUT_FIELDS, "probe-record.v1.json", ("result", "outputs", "items")),
     (evidence.MANIFEST_FIELDS, "run-manifest.v1.json", ()),
     (evidence.KEY_FIELDS, "run-manifest.v1.json", ("key",)),
@@ -65,10 +68,14 @@ def real_record() -> dict:
             "finished": "2026-12-02T23:10:17Z", "repeats": 1, "env_seconds": 1.6, "env_created": True,
             "stderr_tail": "", "provenance": {"arch": "x86_64", "backend": "uv", "cpu": None, "python": "3.11"},
             "providers": {"requested": "CPUExecutionProvider", "used": ["CPUExecutionProvider"]},
-            "metrics": {"max_abs": 0.37, "headroom": None},
-            "result": {"stage": "done", "onnxruntime": {"version": "1.19.2"},
-                       "outputs": [{"name": "y", "rows": 20, "nan_rows": 0, "inf_rows": 0}],
-                       "rows": {"rows": 20, "nan_rows": 0}}}
+            "metrics": {"outputs": {"y": {"dtype": "float32", "max_abs": 0.37, "headroom": None, "zero_rows": 0}},
+                        "max_abs": 0.37, "headroom": None},
+            "result": {"stage": "done", "error": None, "onnxruntime": {"version": "1.19.2"},
+                       "outputs": [{"name": "y", "dtype": "float32", "shape": [20, 8], "sha256": "ab" * 32, "rows": 20,
+                                    "nan_rows": 0, "inf_rows": 0, "zero_rows": 0, "nan": 0, "inf": 0, "max_abs": 0.37,
+                                    "min": -0.37, "max": 0.2}],
+                       "rows": {"rows": 20, "outputs": ["y"], "nan_rows": 0, "inf_rows": 0, "nonfinite_rows": 0,
+                                "zero_rows": 0}}}
 
 
 BROKEN = [
@@ -87,6 +94,32 @@ BROKEN = [
     ("result.outputs[0].name", lambda r: r["result"]["outputs"][0].update(name=None)),
     ("result.onnxruntime.version", lambda r: r["result"]["onnxruntime"].update(version=[1])),
     ("metrics", lambda r: r.update(metrics=None)),
+    # a probe that ran without what it is judged from: `{"version": ..., "status": "ran"}` erased a boundary
+    ("result", lambda r: r.pop("result")),
+    ("result", lambda r: r.update(result=None)),
+    ("result.outputs", lambda r: r["result"].pop("outputs")),
+    ("result.outputs", lambda r: r["result"].update(outputs=[])),
+    ("result.rows", lambda r: (r["result"].update(rows={"nan_rows": 0}), r["result"]["outputs"][0].pop("rows"))),
+    ("result.rows", lambda r: (r["result"].pop("rows"), r["result"]["outputs"][0].pop("rows"))),
+    # each type exact: what a reader does arithmetic or membership on
+    ("result.rows", lambda r: r["result"].update(rows=[20, 0])),
+    ("result.rows.nan_rows", lambda r: r["result"]["rows"].update(nan_rows="0")),
+    ("result.rows.rows", lambda r: r["result"]["rows"].update(rows=None)),
+    ("result.rows.outputs", lambda r: r["result"]["rows"].update(outputs="y")),
+    ("result.outputs[0].rows", lambda r: r["result"]["outputs"][0].update(rows="20")),
+    ("result.outputs[0].max_abs", lambda r: r["result"]["outputs"][0].update(max_abs="0.37")),
+    ("result.outputs[0].shape", lambda r: r["result"]["outputs"][0].update(shape="20x8")),
+    ("result.outputs[0].inf_rows", lambda r: r["result"]["outputs"][0].update(inf_rows=False)),
+    ("result.outputs[0]", lambda r: r["result"].update(outputs=[["y", 20]])),
+    ("result.error", lambda r: r["result"].update(error={"message": "x"})),
+    ("metrics.headroom", lambda r: r["metrics"].update(headroom="0.9")),
+    ("metrics.max_abs", lambda r: r["metrics"].update(max_abs=[0.37])),
+    ("metrics.cosine_min", lambda r: r["metrics"].update(cosine_min=True)),
+    ("metrics.outputs", lambda r: r["metrics"].update(outputs=[{"name": "y"}])),
+    ("providers.used", lambda r: r["providers"].update(used="CPUExecutionProvider")),
+    ("providers", lambda r: r.update(providers=["CPUExecutionProvider"])),
+    ("repeats", lambda r: r.update(repeats=1.5)),
+    ("finished", lambda r: r.update(finished=20261202)),
 ]
 
 
@@ -101,6 +134,53 @@ def test_a_record_of_the_wrong_shape_is_refused_by_both_with_the_key(where, brea
         ProbeRecord.parse(bad)
     assert e.value.where == where
     assert not validator("probe-record.v1.json").is_valid(bad)
+
+
+@pytest.mark.parametrize("counted", [
+    lambda r: None,  # the worker's count across the outputs
+    lambda r: r["result"].pop("rows"),  # a worker from before that count: the outputs' own rows
+    lambda r: (r["result"].update(rows=None), [o.pop("rows") for o in r["result"]["outputs"]]),  # no numeric output
+], ids=["rows", "outputs-rows", "no-numeric-output"])
+def test_a_probe_that_ran_is_a_record_with_its_rows_counted_as_the_worker_counts_them(counted):
+    rec = real_record()
+    counted(rec)
+    assert ProbeRecord.parse(rec).raw == rec
+    validator("probe-record.v1.json").validate(rec)
+
+
+@pytest.mark.parametrize("status", ["error", "crash", "timeout", "skip"])
+def test_a_probe_that_did_not_run_needs_no_result(status):
+    rec = {"version": "1.20.0", "status": status, "reason": "no result", "result": None}
+    ProbeRecord.parse(rec)
+    validator("probe-record.v1.json").validate(rec)
+
+
+def test_a_ran_record_without_its_result_is_set_aside_and_does_not_move_the_boundary(tmp_path):
+    from test_matrix import KEY, fake_run, ob, rec
+
+    from harness.report.overview import collect
+
+    d = fake_run(tmp_path / "src", "m-x86_64-1", KEY,
+                 [rec("1.19.0", 0, "2025-01-01T00:00:00Z"), rec("1.20.0", 3, "2025-01-02T00:00:00Z")])
+    with open(d / "probes.jsonl", "a") as f:  # a later line saying the bad release was fine, with nothing to show
+        f.write(json.dumps({"version": "1.20.0", "status": "ran", "finished": "2025-01-03T00:00:00Z"}) + "\n")
+    ev = RunStore(d).read()
+    assert len(ev.records) == 2 and [b.line for b in ev.corrupt] == [3]
+    assert ev.corrupt[0].why == ("not a probe record: result is missing: a probe that ran keeps the worker's result")
+    with pytest.raises(HarnessError, match="line 3: not a probe record: result is missing"):
+        RunStore(d).records()
+    left_out = []
+    assert collect(tmp_path / "src", left_out=left_out) == [] and len(left_out) == 1  # not judged good
+    q = ob("merge", tmp_path / "root", tmp_path / "src", "--quarantine", "--json")
+    assert q.returncode == 0, q.stderr
+    (doc,) = q.json()
+    assert (doc["added"], doc["quarantined"]) == (2, 1)
+    (entry,) = [json.loads(x) for x in Path(doc["quarantine"]).read_text().splitlines()]
+    assert entry["source"] == str(d / "probes.jsonl") and entry["line"] == 3
+    (row,) = collect(tmp_path / "root")
+    assert (row.last_good, row.first_bad) == ("1.19.0", "1.20.0")  # the boundary stands
+    with pytest.raises(HarnessError, match="not appended.*result is missing"):
+        RunStore(d).append({"version": "1.21.0", "status": "ran"})
 
 
 def test_a_record_of_a_later_version_keeps_the_keys_this_one_does_not_know():

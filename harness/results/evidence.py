@@ -48,11 +48,23 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
     "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
 }
+PROVIDERS_FIELDS: dict[str, tuple[type, ...]] = {"requested": (str, _NONE), "used": (list, _NONE)}
+METRICS_FIELDS: dict[str, tuple[type, ...]] = {  # harness.metrics.probe_metrics
+    "outputs": (dict,), "max_abs": (*_NUMBER, _NONE), "headroom": (*_NUMBER, _NONE), "reference": (str, _NONE),
+    "comparison_error": (str,), "cosine_min": (*_NUMBER, _NONE), "rel_diff_max": (*_NUMBER, _NONE),
+    "nonfinite_rows": (int, _NONE),
+}
 RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "stage": (str,), "error": (str, _NONE), "outputs": (list,), "rows": (dict, _NONE), "onnxruntime": (dict,),
 }
-OUTPUT_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "rows": (int, _NONE), "nan_rows": (int, _NONE), "inf_rows": (int, _NONE),
+ROWS_FIELDS: dict[str, tuple[type, ...]] = {  # the worker's rows_summary: the batch's rows, across the outputs
+    "rows": (int,), "outputs": (list,), "nan_rows": (int,), "inf_rows": (int,), "nonfinite_rows": (int,),
+    "zero_rows": (int,),
+}
+OUTPUT_FIELDS: dict[str, tuple[type, ...]] = {  # the worker's output_stats
+    "name": (str,), "dtype": (str,), "shape": (list,), "sha256": (str,), "rows": (int, _NONE),
+    "nan_rows": (int, _NONE), "inf_rows": (int, _NONE), "zero_rows": (int, _NONE), "nan": (int,), "inf": (int,),
+    "max_abs": (*_NUMBER, _NONE), "min": (*_NUMBER, _NONE), "max": (*_NUMBER, _NONE),
 }
 MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
     "run_id": (str,), "created": (str,), "harness_version": (str,), "key": (dict,), "host": (dict,),
@@ -127,6 +139,24 @@ def loads(raw: bytes | str, max_bytes: int | None = None):
     return value
 
 
+def _check_ran(what: str, result: dict | None) -> None:
+    """A probe that ran keeps what its verdict is judged from: the worker's result, its outputs, and the rows
+    they were counted over: `result.rows` (an object with the batch's `rows`), or, from workers before that
+    count, the `rows` of an output; `result.rows` is null, with no output's rows, only when no output is
+    numeric. Without them a verdict of good would be made of nothing."""
+    if result is None:
+        raise EvidenceError(what, "result", "is missing: a probe that ran keeps the worker's result")
+    if not result.get("outputs"):
+        raise EvidenceError(what, "result.outputs", "is missing or empty: a probe that ran keeps its outputs")
+    rows, per_output = result.get("rows"), [o.get("rows") for o in result["outputs"]]
+    if isinstance(rows, dict):
+        counted = "rows" in rows
+    else:  # absent (an older worker) or null (no numeric output)
+        counted = any(isinstance(n, int) for n in per_output) or ("rows" in result and all(n is None for n in per_output))
+    if not counted:
+        raise EvidenceError(what, "result.rows", "counts no rows: a probe that ran keeps the rows it was judged on")
+
+
 @dataclass(frozen=True)
 class ProbeRecord:
     """One line of probes.jsonl (docs/schema/probe-record.v1.json)."""
@@ -148,14 +178,20 @@ class ProbeRecord:
             raise EvidenceError(what, "version", f"{doc['version'][:64]!r} is not a release version")
         if doc["status"] not in STATUSES:
             raise EvidenceError(what, "status", f"{doc['status'][:64]!r} is not one of {', '.join(STATUSES)}")
-        if "provenance" in doc:
-            _check(what, doc["provenance"], PROVENANCE_FIELDS, "provenance.")
+        for key, fields in (("provenance", PROVENANCE_FIELDS), ("providers", PROVIDERS_FIELDS),
+                            ("metrics", METRICS_FIELDS)):
+            if key in doc:
+                _check(what, doc[key], fields, f"{key}.")
         result = doc.get("result")
         if result is not None:
             _check(what, result, RESULT_FIELDS, "result.")
             _check_all(what, result.get("outputs") or [], OUTPUT_FIELDS, "result.outputs")
+            if result.get("rows") is not None:
+                _check(what, result["rows"], ROWS_FIELDS, "result.rows.")
             if "onnxruntime" in result:
                 _check(what, result["onnxruntime"], {"version": (str,)}, "result.onnxruntime.")
+        if doc["status"] == "ran":
+            _check_ran(what, result)
         return cls(doc["version"], doc["status"], doc.get("series"), result, doc)
 
 
