@@ -12,7 +12,7 @@ import pytest
 from harness.errors import HarnessError
 from harness.results import evidence
 from harness.results.evidence import EvidenceError, ProbeRecord, RunManifest
-from harness.results.store import RunStore, read_manifest
+from harness.results.store import RunStore, read_cell_document, read_manifest
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "docs" / "schema"
 JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", dict: "object", list: "array",
@@ -52,6 +52,9 @@ def _py_types(types: tuple[type, ...]) -> set[str]:
     (evidence.MANIFEST_FIELDS, "run-manifest.v1.json", ()),
     (evidence.KEY_FIELDS, "run-manifest.v1.json", ("key",)),
     (evidence.MODEL_FIELDS, "run-manifest.v1.json", ("model",)),
+    (evidence.CELL_FIELDS, "cell-document.v1.json", ()),
+    (evidence.CELL_PROBE_FIELDS, "cell-document.v1.json", ("probes", "items")),
+    (evidence.CELL_KEY_FIELDS, "cell-document.v1.json", ("cell",)),
 ])
 def test_the_parser_types_each_key_as_its_schema_does(fields, file, path):
     node = schema(file)
@@ -237,8 +240,9 @@ def test_a_real_run_writes_evidence_its_schemas_accept(bisect, residual_norm, tm
     cells = sorted((run / "cells").glob("*.json"))
     assert cells
     for cell in cells:
-        validator("run-document.v1.json").validate(json.loads(cell.read_text()))
-    validator("run-document.v1.json").validate(doc)
+        validator("cell-document.v1.json").validate(json.loads(cell.read_text()))
+        assert read_cell_document(cell).raw == json.loads(cell.read_text())
+    validator("cell-document.v1.json").validate(doc)
 
 
 # -- what a line may cost to read: its length and its nesting are bounded -------------------------------
@@ -324,3 +328,122 @@ def test_dashboard_over_a_deeply_nested_line_leaves_the_run_out(tmp_path):
     r = ob("dashboard", tmp_path / "res", "-o", tmp_path / "site")
     assert r.returncode == 0, r.stderr
     assert "1 run(s) left out" in r.stdout and "line 2: nested deeper than" in r.stderr
+
+
+# -- cell documents: the run document of each search, as cells/<key>.json keeps it -----------------------
+
+def searched(root: Path, mode: str = "regression", sweep: bool = False) -> Path:
+    """A run directory under `root` with the records and the cell document of one replayed search."""
+    from replay import ReplayRunner, ran, releases
+
+    from harness.plan import Plan
+    from harness.probe import ProbeJob
+    from harness.session import run_search
+    from harness.verdicts import parse_predicate
+
+    versions = ("1.19.0", "1.19.2", "1.20.0", "1.21.0")
+    outcomes = {v: ran(nan_rows=(2 if i >= 2 else 0) if mode == "regression" else (0 if i >= 2 else 2))
+                for i, v in enumerate(versions)}
+    store = RunStore.open(root, f"replay-{mode}-{sweep}", {"arch": "x86_64", "model": "m", "batch": "b"}, {}, ["test"])
+    plan = Plan(ReplayRunner(outcomes), releases(*versions), store, ProbeJob(root / "m.onnx", root / "b.npz"),
+                parse_predicate("nan-or-inf"), None, None)
+    run_search(plan, mode=mode, sweep=sweep)
+    return store.dir
+
+
+def cell_of(run_dir: Path) -> dict:
+    (path,) = sorted((run_dir / "cells").glob("*.json"))
+    return json.loads(path.read_text())
+
+
+@pytest.mark.parametrize("mode,sweep", [("regression", False), ("fix", False), ("regression", True)])
+def test_the_cell_documents_a_search_keeps_are_accepted_by_both(tmp_path, mode, sweep):
+    from harness.results.evidence import CellDocument
+
+    doc = cell_of(searched(tmp_path, mode, sweep))
+    validator("cell-document.v1.json").validate(doc)
+    parsed = CellDocument.parse(doc)
+    assert parsed.raw == doc and parsed.predicate == "nan-or-inf" and parsed.key == doc["cell"]["key"]
+    (path,) = (tmp_path / f"replay-{mode}-{sweep}" / "cells").glob("*.json")
+    assert read_cell_document(path).raw == doc
+
+
+BROKEN_CELLS = [
+    ("run_id", lambda d: d.pop("run_id")),
+    ("mode", lambda d: d.update(mode="bisect")),
+    ("releases", lambda d: d.update(releases="1.19.0..1.21.0")),
+    ("probes", lambda d: d.update(probes={"1.19.0": "good"})),
+    ("probes[0].verdict", lambda d: d["probes"][0].update(verdict="fine")),
+    ("probes[0].version", lambda d: d["probes"][0].pop("version")),
+    ("probes[0].nan_rows", lambda d: d["probes"][0].update(nan_rows="2")),
+    ("probes[0].reused", lambda d: d["probes"][0].update(reused="no")),
+    ("first_bad", lambda d: d.update(first_bad=["1.20.0"])),
+    ("generated", lambda d: d.update(generated=20250109)),
+    ("predicate", lambda d: d.update(predicate=["nan"])),
+    ("cell", lambda d: d.update(cell="k")),
+    ("cell.key", lambda d: d["cell"].update(key="../../elsewhere")),
+    ("cell.key", lambda d: d["cell"].pop("key")),
+    ("explanation", lambda d: d.update(explanation=["fp16"])),
+    ("message", lambda d: d.update(message=None)),
+]
+
+
+@pytest.mark.parametrize("where,breaks", BROKEN_CELLS, ids=[f"{w}-{i}" for i, (w, _) in enumerate(BROKEN_CELLS)])
+def test_a_cell_document_of_the_wrong_shape_is_refused_by_both_with_the_key(tmp_path, where, breaks):
+    from harness.results.evidence import CellDocument
+
+    bad = cell_of(searched(tmp_path))
+    breaks(bad)
+    with pytest.raises(EvidenceError) as e:
+        CellDocument.parse(bad)
+    assert e.value.where == where
+    assert not validator("cell-document.v1.json").is_valid(bad)
+
+
+@pytest.mark.parametrize("predicate", ["nan-or-whatever", "max-abs", "cosine>0.9", "nan-or-inf; rm -rf /"])
+def test_a_cell_document_with_a_predicate_bad_if_does_not_read_is_refused(tmp_path, predicate):
+    from harness.results.evidence import CellDocument
+
+    doc = {**cell_of(searched(tmp_path)), "predicate": predicate}
+    with pytest.raises(EvidenceError, match="predicate .* is not a predicate") as e:
+        CellDocument.parse(doc)
+    assert e.value.where == "predicate"
+
+
+def test_the_dashboard_leaves_out_each_cell_document_it_cannot_read_and_builds_from_the_rest(tmp_path):
+    from test_matrix import ob
+
+    root = tmp_path / "res"
+    d = searched(root)
+    good = cell_of(d)
+    cells = d / "cells"
+    (cells / "bogus.json").write_text(json.dumps({**good, "cell": {"key": "bogus"}, "predicate": "nan-or-whatever"}))
+    (cells / "typed.json").write_text(json.dumps({**good, "cell": {"key": "typed"}, "first_bad": ["1.20.0"]}))
+    (cells / "deep.json").write_text('{"cell": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    (cells / "junk.json").write_text("{not json")
+    r = ob("dashboard", root, "-o", tmp_path / "site")
+    assert r.returncode == 0, r.stderr
+    assert "4 cell document(s) left out, unreadable" in r.stdout
+    for name, why in [("bogus", "predicate 'nan-or-whatever' is not a predicate"), ("typed", "first_bad is an array"),
+                      ("deep", "nested deeper than"), ("junk", "not JSON")]:
+        assert f"dashboard: leaving out {cells / name}.json: not a cell document: {why}" in r.stderr
+    grid = json.loads((tmp_path / "site" / "dashboard.json").read_text())
+    (row,) = grid.values()  # the run, judged under the one predicate its readable document names
+    assert (row["last_good"], row["first_bad"]) == ("1.19.2", "1.20.0")
+    page = (tmp_path / "site" / "index.html").read_text()
+    assert '<div class="left-out" data-count="4">' in page and "4 cell document(s) left out" in page
+    assert f"{d.name}/cells/bogus.json</span>" in page
+
+
+def test_merge_over_a_cell_document_it_cannot_read_keeps_the_readable_one(tmp_path):
+    from test_matrix import ob
+
+    src = searched(tmp_path / "src")
+    root = tmp_path / "root"
+    assert ob("merge", root, src.parent).returncode == 0
+    (path,) = (src / "cells").glob("*.json")
+    kept = (root / src.name / "cells" / path.name).read_text()
+    path.write_text('{"generated": "9999", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")  # deep, and "newer"
+    r = ob("merge", root, src.parent)
+    assert r.returncode == 0, r.stderr
+    assert (root / src.name / "cells" / path.name).read_text() == kept

@@ -1,7 +1,8 @@
-"""The evidence a run keeps, as types: a probe record and a run manifest, parsed before anything reads them.
+"""The evidence a run keeps, as types: a probe record, a run manifest and a cell document (the run document
+of one search, cells/<key>.json), parsed before anything reads them.
 
 Each has a versioned JSON Schema under docs/schema/ (probe-record.v1.json,
-run-manifest.v1.json; the run document is run-document.v1.json), the contract
+run-manifest.v1.json, cell-document.v1.json), the contract
 for anyone who reads results/ without this package. `parse` checks what the
 schema requires and the type of every key it names, so a line of the wrong
 shape (from another machine, an older tool or a careless edit) is refused where
@@ -25,7 +26,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, UsageError
 
 SCHEMA_VERSION = 1
 STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")
@@ -77,6 +78,23 @@ KEY_FIELDS: dict[str, tuple[type, ...]] = {
 MODEL_FIELDS: dict[str, tuple[type, ...]] = {
     "name": (str,), "source": (str,), "path": (str,), "digest": (str,), "data_files": (list,),
 }
+
+CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harness.session.finish
+    "run_id": (str,), "status": (str,), "mode": (str,), "monotone": (bool,), "message": (str,), "releases": (list,),
+    "probes": (list,), "probe_count": (int,), "release_count": (int,), "provenance": (dict,),
+    "last_good": (str, _NONE), "first_bad": (str, _NONE), "last_bad": (str, _NONE), "first_good": (str, _NONE),
+    "commits": (dict, _NONE), "untestable": (list,), "transitions": (list,), "predicate": (str,), "bad_means": (str,),
+    "reference": (dict, _NONE), "refresh": (bool,), "cell": (dict,), "matrix": (dict,), "explanation": (dict, str),
+    "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,),
+}
+CELL_PROBE_FIELDS: dict[str, tuple[type, ...]] = {
+    "version": (str,), "verdict": (str,), "why": (str, _NONE), "decided_by": (list,), "metrics": (dict,),
+    "nan_rows": (int, _NONE), "inf_rows": (int, _NONE), "rows": (int, _NONE), "seconds": _NUMBER, "reused": (bool,),
+    "commit": (str, _NONE),
+}
+CELL_KEY_FIELDS: dict[str, tuple[type, ...]] = {"key": (str,)}  # the document's `cell` (a matrix cell adds more)
+CELL_MODES = ("regression", "fix", "sweep")
+CELL_KEY_RE = re.compile(r"^[^/\\]+$")  # the document's file name stem under cells/
 
 
 class EvidenceError(HarnessError):
@@ -220,3 +238,50 @@ class RunManifest:
             _check(what, doc["batch"], {"path": (str,), "digest": (str,)}, "batch.")
         _check_all(what, doc.get("commands") or [], {"argv": (list,), "time": (str,)}, "commands")
         return cls(doc["key"], run_id, doc.get("model") or {}, doc)
+
+
+@dataclass(frozen=True)
+class CellDocument:
+    """The run document of one search, as kept in cells/<key>.json (docs/schema/cell-document.v1.json).
+
+    Beyond the types: `predicate` must be one `--bad-if` reads (the dashboard judges the run's records under
+    it), each probe's verdict one of harness.verdicts.VERDICTS, and the cell's key one file name."""
+
+    key: str
+    predicate: str | None
+    generated: str | None
+    raw: dict
+
+    @classmethod
+    def parse(cls, doc) -> CellDocument:
+        from harness.verdicts import (  # numpy: only for the readers of run documents
+            VERDICTS,
+            parse_predicate,
+        )
+
+        what = "cell document"
+        _check(what, doc, CELL_FIELDS)
+        for key in ("run_id", "status", "mode", "releases", "probes", "cell"):
+            if key not in doc:
+                raise EvidenceError(what, key, "is missing")
+        if doc["mode"] not in CELL_MODES:
+            raise EvidenceError(what, "mode", f"{doc['mode'][:64]!r} is not one of {', '.join(CELL_MODES)}")
+        if not all(isinstance(v, str) for v in doc["releases"]):
+            raise EvidenceError(what, "releases", "holds a value that is not a release version")
+        _check_all(what, doc["probes"], CELL_PROBE_FIELDS, "probes", required=("version", "verdict"))
+        for i, probe in enumerate(doc["probes"]):
+            if probe["verdict"] not in VERDICTS:
+                raise EvidenceError(what, f"probes[{i}].verdict", f"{probe['verdict'][:64]!r} is not a verdict")
+        _check(what, doc["cell"], CELL_KEY_FIELDS, "cell.")
+        key = doc["cell"].get("key")
+        if key is None:
+            raise EvidenceError(what, "cell.key", "is missing")
+        if len(key) > 200 or not CELL_KEY_RE.match(key):
+            raise EvidenceError(what, "cell.key", f"{key[:64]!r} is not one file name")
+        predicate = doc.get("predicate")
+        if predicate is not None:
+            try:
+                parse_predicate(predicate)
+            except UsageError as exc:
+                raise EvidenceError(what, "predicate", f"{predicate[:64]!r} is not a predicate ({exc})") from None
+        return cls(key, predicate, doc.get("generated"), doc)

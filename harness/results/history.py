@@ -39,6 +39,7 @@ from harness.results.store import (
     SIDE_FILES,
     Evidence,
     RunStore,
+    read_cell_document,
     read_manifest,
     write_atomic,
 )
@@ -273,8 +274,8 @@ def _merge_one(root: Path, src: Path, m: dict, ev: Evidence, quarantine: bool, r
 
 def _generated(path: Path) -> str:
     try:
-        return json.loads(path.read_text()).get("generated") or ""
-    except (OSError, ValueError):
+        return read_cell_document(path).generated or ""
+    except (OSError, HarnessError):  # not a cell document: any other replaces it, and it replaces none
         return ""
 
 

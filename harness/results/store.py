@@ -56,6 +56,7 @@ from harness import __version__
 from harness.errors import HarnessError, UsageError
 from harness.results.evidence import (
     MAX_RECORD_BYTES,
+    CellDocument,
     EvidenceError,
     ProbeRecord,
     RunManifest,
@@ -89,6 +90,16 @@ def read_manifest(run_dir: Path) -> dict:
         return RunManifest.parse(doc).raw
     except EvidenceError as exc:
         raise UsageError(f"{run_dir}: {MANIFEST}: {exc}; not a results directory") from None
+
+
+def read_cell_document(path: Path) -> CellDocument:
+    """One run document under cells/, refused (EvidenceError) when it cannot be read or is not of its schema's
+    shape; OSError when the file cannot be opened."""
+    try:
+        doc = loads(Path(path).read_bytes())
+    except ValueError as exc:
+        raise EvidenceError("cell document", "", str(exc)) from None
+    return CellDocument.parse(doc)
 
 
 def run_id_for(name: str, key: dict) -> str:
