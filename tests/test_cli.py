@@ -89,7 +89,7 @@ def test_an_internal_error_with_json_says_so_and_keeps_its_traceback(monkeypatch
 
 def test_a_torn_last_line_is_one_warning_line(monkeypatch, capsys, tmp_path):
     store = RunStore(tmp_path)
-    store.append({"version": "1.0", "status": "ran"})
+    store.append({"version": "1.0", "status": "skip"})
     (tmp_path / "probes.jsonl").write_bytes((tmp_path / "probes.jsonl").read_bytes() + b'{"vers')
     fake(monkeypatch, lambda: len(store.records() + store.records()) and 0)
     assert cli.main(["boom"]) == 0

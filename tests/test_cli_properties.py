@@ -127,7 +127,8 @@ def world(tmp_path_factory, cache_dir, listing):
     plan = inproc.open_run(d / "good.onnx", d / "good.npz", cache, runs)
     plan.store.dir.rename(runs / "run-no-probes")
     shutil.copytree(runs / "run-no-probes", runs / "run-one-probe")
-    RunStore(runs / "run-one-probe").append({"version": "1.20.0", "status": "ran", "provenance": {}, "result": None})
+    RunStore(runs / "run-one-probe").append({"version": "1.20.0", "status": "ran", "provenance": {},
+                                             "result": {"outputs": [{"rows": 1}]}})
     return d
 
 

@@ -265,8 +265,10 @@ def make_run(root: Path, run_id: str, model: str, key: dict, records: list[dict]
         store.append(r)
     if summary:
         (d / "cells").mkdir()
-        (d / "cells" / "k.json").write_text(json.dumps({"predicate": "nan-or-inf", "generated": "2025-01-09T00:00:00Z",
-                                                        "cell": {"key": "k"}, **summary}))
+        (d / "cells" / "k.json").write_text(json.dumps({  # a run document as harness.session.finish keeps it
+            "run_id": run_id, "status": "found", "mode": "regression", "releases": [r["version"] for r in records],
+            "probes": [], "predicate": "nan-or-inf", "generated": "2025-01-09T00:00:00Z", "cell": {"key": "k"},
+            **summary}))
     if traces:
         (d / "traces").mkdir()
         for v, h in traces.items():

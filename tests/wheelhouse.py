@@ -34,7 +34,6 @@ from harness.releases.versions import (
     fetch_project,
 )
 
-
 # Bumped when what reversioned() makes changes, so no build made the old way is served from the cache.
 REVERSIONED = "reversioned-2"
 

@@ -29,12 +29,13 @@ def command(results, out_dir, title):
     """
     from harness.errors import UsageError
     from harness.report.dashboard import build
+    from harness.report.overview import left_out_words
 
     if not results.is_dir():
         raise UsageError(f"{results}: no such results directory")
     t0 = time.perf_counter()
     left_out: list = []
     page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"), left_out=left_out)
-    note = f"; {len(left_out)} run(s) left out, unreadable (see above)" if left_out else ""
+    note = f"; {left_out_words(left_out)} left out, unreadable (see above)" if left_out else ""
     out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s){note}")
     return 0

@@ -51,6 +51,8 @@ from harness.report.overview import (
     Row,
     changes,
     collect,
+    left_out_label,
+    left_out_words,
     nights,
     runs_of,
     vkey,
@@ -418,10 +420,10 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
 def _left_out_html(left_out: list) -> str:
     if not left_out:
         return ""
-    items = "".join(f'<li><span class="mono">{e(d.name)}</span>: {e(why)}</li>' for d, why in left_out)
-    return (f'<div class="left-out" data-count="{len(left_out)}"><p class="note"><b>{len(left_out)} run(s) left out</b>: '
-            f"a file of theirs cannot be read (<code>bisect merge --quarantine</code> sets unreadable probe lines "
-            f"aside).</p><ul>{items}</ul></div>")
+    items = "".join(f'<li><span class="mono">{e(left_out_label(p))}</span>: {e(why)}</li>' for p, why in left_out)
+    return (f'<div class="left-out" data-count="{len(left_out)}"><p class="note"><b>{left_out_words(left_out)} left '
+            f"out</b>: a file cannot be read (<code>bisect merge --quarantine</code> sets unreadable probe lines "
+            f"aside; a run without its cell document is shown from its records).</p><ul>{items}</ul></div>")
 
 
 def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,

@@ -16,7 +16,6 @@ previous run are judged from the records finished before the newest run began.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -27,9 +26,17 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
 from harness.metrics import of_record
+from harness.results.evidence import EvidenceError, loads
 from harness.results.history import latest_by_version
 from harness.results.runs import run_dirs
-from harness.results.store import CELLS, REPORT, TRACES, RunStore, read_manifest
+from harness.results.store import (
+    CELLS,
+    REPORT,
+    TRACES,
+    RunStore,
+    read_cell_document,
+    read_manifest,
+)
 from harness.runners import PROVENANCE_KEYS
 
 DEFAULT_PREDICATE = "nan-or-inf"
@@ -99,19 +106,34 @@ def target_label(prov: dict, options: dict) -> str:
     return " · ".join(parts)
 
 
-def _cell_docs(run_dir: Path) -> list[dict]:
-    """The run's search summaries (cells/KEY.json). Each one's key is its file's name, whatever the document
-    says: the page links to the file by it, and a key read from the document (`../../x`) could point anywhere."""
+def _cell_docs(run_dir: Path, warn, left_out: list) -> list[dict]:
+    """The run's cell documents (cells/KEY.json); one that cannot be read or is not of its schema's shape is
+    left out (`warn` hears why, `left_out` gets (its file, why)), and the run is shown from its records and the
+    others. Each one's key is its file's name, whatever the document says: the page links to the file by it,
+    and a key read from the document (`../../x`) could point anywhere."""
     docs = []
     for f in sorted((run_dir / CELLS).glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
-        except (OSError, ValueError):
+            doc = read_cell_document(f).raw
+        except (OSError, EvidenceError) as exc:
+            warn(f"leaving out {f}: {exc}")
+            left_out.append((f, str(exc)))
             continue
-        if isinstance(doc, dict):
-            cell = doc.get("cell") if isinstance(doc.get("cell"), dict) else {}
-            docs.append({**doc, "cell": {**cell, "key": f.stem}})
+        cell = doc.get("cell") if isinstance(doc.get("cell"), dict) else {}
+        docs.append({**doc, "cell": {**cell, "key": f.stem}})
     return docs
+
+
+def left_out_label(path: Path) -> str:
+    """What `collect` left out, by name: a run directory's, or <run>/cells/<file> for a cell document."""
+    return f"{path.parent.parent.name}/{CELLS}/{path.name}" if path.parent.name == CELLS else path.name
+
+
+def left_out_words(left_out: list) -> str:
+    """"2 run(s)", "1 cell document(s)", "2 run(s) and 1 cell document(s)": how much `collect` left out."""
+    docs = sum(1 for path, _ in left_out if path.parent.name == CELLS)
+    runs = len(left_out) - docs
+    return " and ".join(w for w in (f"{runs} run(s)" if runs else "", f"{docs} cell document(s)" if docs else "") if w)
 
 
 def trace_headroom(run_dir: Path) -> dict[str, float]:
@@ -119,7 +141,7 @@ def trace_headroom(run_dir: Path) -> dict[str, float]:
     out = {}
     for f in sorted((run_dir / TRACES).glob("*.json")):
         try:
-            doc = json.loads(f.read_text())
+            doc = loads(f.read_bytes())
         except (OSError, ValueError):
             continue
         version = doc.get("version") or f.stem
@@ -180,8 +202,9 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
     A run whose manifest cannot be read, whose probes.jsonl holds a complete
     line that is not a probe record, or whose evidence holds a symbolic link
     (never read through: results.runs), is left out: `warn` hears why and
-    `left_out` gets (run directory or link, reason). A last line cut off
-    mid-write is only warned about.
+    `left_out` gets (run directory or link, reason); so is a cell document
+    that is not one (its file, reason), and the run is shown without it. A
+    last line cut off mid-write is only warned about.
     """
     rows = []
     left_out = [] if left_out is None else left_out
@@ -210,7 +233,7 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
         key = man["key"]
         prov = target_of(key, records)
         options = key.get("session_options") or {}
-        docs = _cell_docs(d)
+        docs = _cell_docs(d, warn, left_out)
         predicates = sorted({doc.get("predicate") or DEFAULT_PREDICATE for doc in docs}) or [DEFAULT_PREDICATE]
         headroom = trace_headroom(d)
         newest = latest_by_version(records)

@@ -1,7 +1,8 @@
-"""The evidence a run keeps, as types: a probe record and a run manifest, parsed before anything reads them.
+"""The evidence a run keeps, as types: a probe record, a run manifest and a cell document (the run document
+of one search, cells/<key>.json), parsed before anything reads them.
 
 Each has a versioned JSON Schema under docs/schema/ (probe-record.v1.json,
-run-manifest.v1.json; the run document is run-document.v1.json), the contract
+run-manifest.v1.json, cell-document.v1.json), the contract
 for anyone who reads results/ without this package. `parse` checks what the
 schema requires and the type of every key it names, so a line of the wrong
 shape (from another machine, an older tool or a careless edit) is refused where
@@ -11,19 +12,29 @@ records against the schema files.
 
 The typed fields are what readers decide by; `raw` keeps the whole document,
 keys this version does not know included, so nothing is lost on a rewrite.
+
+Before any of that, `loads` bounds what a document may cost to read: a probe
+record line longer than MAX_RECORD_BYTES is refused unread, and objects and
+arrays nested deeper than MAX_DEPTH in any evidence document are refused (the
+json module's parser, and every reader that walks a document, recurse: a line
+nested 100,000 deep would otherwise end the reader in RecursionError).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
-from harness.errors import HarnessError
+from harness.errors import HarnessError, UsageError
 
 SCHEMA_VERSION = 1
 STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")
 VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")  # a release version, and a safe file name stem
 RUN_ID_RE = re.compile(r"^(?!\.\.?$)[^/\\\x00]+$")  # one directory name: no separator, not . or ..
+
+MAX_RECORD_BYTES = 4 << 20  # one line of probes.jsonl; the tool writes a few KB (stderr cut to 500 characters)
+MAX_DEPTH = 64  # objects and arrays inside each other; a probe record nests 5 deep, a run document 6
 
 _NUMBER = (int, float)
 _NONE = type(None)
@@ -38,11 +49,23 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
     "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
 }
+PROVIDERS_FIELDS: dict[str, tuple[type, ...]] = {"requested": (str, _NONE), "used": (list, _NONE)}
+METRICS_FIELDS: dict[str, tuple[type, ...]] = {  # harness.metrics.probe_metrics
+    "outputs": (dict,), "max_abs": (*_NUMBER, _NONE), "headroom": (*_NUMBER, _NONE), "reference": (str, _NONE),
+    "comparison_error": (str,), "cosine_min": (*_NUMBER, _NONE), "rel_diff_max": (*_NUMBER, _NONE),
+    "nonfinite_rows": (int, _NONE),
+}
 RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "stage": (str,), "error": (str, _NONE), "outputs": (list,), "rows": (dict, _NONE), "onnxruntime": (dict,),
 }
-OUTPUT_FIELDS: dict[str, tuple[type, ...]] = {
-    "name": (str,), "rows": (int, _NONE), "nan_rows": (int, _NONE), "inf_rows": (int, _NONE),
+ROWS_FIELDS: dict[str, tuple[type, ...]] = {  # the worker's rows_summary: the batch's rows, across the outputs
+    "rows": (int,), "outputs": (list,), "nan_rows": (int,), "inf_rows": (int,), "nonfinite_rows": (int,),
+    "zero_rows": (int,),
+}
+OUTPUT_FIELDS: dict[str, tuple[type, ...]] = {  # the worker's output_stats
+    "name": (str,), "dtype": (str,), "shape": (list,), "sha256": (str,), "rows": (int, _NONE),
+    "nan_rows": (int, _NONE), "inf_rows": (int, _NONE), "zero_rows": (int, _NONE), "nan": (int,), "inf": (int,),
+    "max_abs": (*_NUMBER, _NONE), "min": (*_NUMBER, _NONE), "max": (*_NUMBER, _NONE),
 }
 MANIFEST_FIELDS: dict[str, tuple[type, ...]] = {
     "run_id": (str,), "created": (str,), "harness_version": (str,), "key": (dict,), "host": (dict,),
@@ -55,6 +78,23 @@ KEY_FIELDS: dict[str, tuple[type, ...]] = {
 MODEL_FIELDS: dict[str, tuple[type, ...]] = {
     "name": (str,), "source": (str,), "path": (str,), "digest": (str,), "data_files": (list,),
 }
+
+CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harness.session.finish
+    "run_id": (str,), "status": (str,), "mode": (str,), "monotone": (bool,), "message": (str,), "releases": (list,),
+    "probes": (list,), "probe_count": (int,), "release_count": (int,), "provenance": (dict,),
+    "last_good": (str, _NONE), "first_bad": (str, _NONE), "last_bad": (str, _NONE), "first_good": (str, _NONE),
+    "commits": (dict, _NONE), "untestable": (list,), "transitions": (list,), "predicate": (str,), "bad_means": (str,),
+    "reference": (dict, _NONE), "refresh": (bool,), "cell": (dict,), "matrix": (dict,), "explanation": (dict, str),
+    "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,),
+}
+CELL_PROBE_FIELDS: dict[str, tuple[type, ...]] = {
+    "version": (str,), "verdict": (str,), "why": (str, _NONE), "decided_by": (list,), "metrics": (dict,),
+    "nan_rows": (int, _NONE), "inf_rows": (int, _NONE), "rows": (int, _NONE), "seconds": _NUMBER, "reused": (bool,),
+    "commit": (str, _NONE),
+}
+CELL_KEY_FIELDS: dict[str, tuple[type, ...]] = {"key": (str,)}  # the document's `cell` (a matrix cell adds more)
+CELL_MODES = ("regression", "fix", "sweep")
+CELL_KEY_RE = re.compile(r"^[^/\\]+$")  # the document's file name stem under cells/
 
 
 class EvidenceError(HarnessError):
@@ -91,6 +131,50 @@ def _check_all(what: str, items: list, fields: dict[str, tuple[type, ...]], pref
                 raise EvidenceError(what, f"{prefix}[{i}].{key}", "is missing")
 
 
+def loads(raw: bytes | str, max_bytes: int | None = None):
+    """The JSON value of `raw`; ValueError saying why there is none: longer than `max_bytes` (not parsed),
+    not UTF-8 text, not JSON, or nested deeper than MAX_DEPTH."""
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise ValueError(f"longer than {max_bytes} bytes ({len(raw)}); not parsed")
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    too_deep = ValueError(f"nested deeper than {MAX_DEPTH} objects and arrays")
+    try:
+        value = json.loads(text)
+    except RecursionError:  # the parser's own bound (the interpreter's recursion limit), far past MAX_DEPTH
+        raise too_deep from None
+    except ValueError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    level = [value]
+    for _ in range(MAX_DEPTH):  # breadth first, one level of nesting at a time: no recursion
+        level = [c for v in level if isinstance(v, (dict, list)) for c in (v.values() if isinstance(v, dict) else v)]
+        if not level:
+            return value
+    if any(isinstance(v, (dict, list)) for v in level):
+        raise too_deep
+    return value
+
+
+def _check_ran(what: str, result: dict | None) -> None:
+    """A probe that ran keeps what its verdict is judged from: the worker's result, its outputs, and the rows
+    they were counted over: `result.rows` (an object with the batch's `rows`), or, from workers before that
+    count, the `rows` of an output; `result.rows` is null, with no output's rows, only when no output is
+    numeric. Without them a verdict of good would be made of nothing."""
+    if result is None:
+        raise EvidenceError(what, "result", "is missing: a probe that ran keeps the worker's result")
+    if not result.get("outputs"):
+        raise EvidenceError(what, "result.outputs", "is missing or empty: a probe that ran keeps its outputs")
+    rows, per_output = result.get("rows"), [o.get("rows") for o in result["outputs"]]
+    if isinstance(rows, dict):
+        counted = "rows" in rows
+    else:  # absent (an older worker) or null (no numeric output)
+        counted = any(isinstance(n, int) for n in per_output) or ("rows" in result and all(n is None for n in per_output))
+    if not counted:
+        raise EvidenceError(what, "result.rows", "counts no rows: a probe that ran keeps the rows it was judged on")
+
+
 @dataclass(frozen=True)
 class ProbeRecord:
     """One line of probes.jsonl (docs/schema/probe-record.v1.json)."""
@@ -112,14 +196,20 @@ class ProbeRecord:
             raise EvidenceError(what, "version", f"{doc['version'][:64]!r} is not a release version")
         if doc["status"] not in STATUSES:
             raise EvidenceError(what, "status", f"{doc['status'][:64]!r} is not one of {', '.join(STATUSES)}")
-        if "provenance" in doc:
-            _check(what, doc["provenance"], PROVENANCE_FIELDS, "provenance.")
+        for key, fields in (("provenance", PROVENANCE_FIELDS), ("providers", PROVIDERS_FIELDS),
+                            ("metrics", METRICS_FIELDS)):
+            if key in doc:
+                _check(what, doc[key], fields, f"{key}.")
         result = doc.get("result")
         if result is not None:
             _check(what, result, RESULT_FIELDS, "result.")
             _check_all(what, result.get("outputs") or [], OUTPUT_FIELDS, "result.outputs")
+            if result.get("rows") is not None:
+                _check(what, result["rows"], ROWS_FIELDS, "result.rows.")
             if "onnxruntime" in result:
                 _check(what, result["onnxruntime"], {"version": (str,)}, "result.onnxruntime.")
+        if doc["status"] == "ran":
+            _check_ran(what, result)
         return cls(doc["version"], doc["status"], doc.get("series"), result, doc)
 
 
@@ -148,3 +238,50 @@ class RunManifest:
             _check(what, doc["batch"], {"path": (str,), "digest": (str,)}, "batch.")
         _check_all(what, doc.get("commands") or [], {"argv": (list,), "time": (str,)}, "commands")
         return cls(doc["key"], run_id, doc.get("model") or {}, doc)
+
+
+@dataclass(frozen=True)
+class CellDocument:
+    """The run document of one search, as kept in cells/<key>.json (docs/schema/cell-document.v1.json).
+
+    Beyond the types: `predicate` must be one `--bad-if` reads (the dashboard judges the run's records under
+    it), each probe's verdict one of harness.verdicts.VERDICTS, and the cell's key one file name."""
+
+    key: str
+    predicate: str | None
+    generated: str | None
+    raw: dict
+
+    @classmethod
+    def parse(cls, doc) -> CellDocument:
+        from harness.verdicts import (  # numpy: only for the readers of run documents
+            VERDICTS,
+            parse_predicate,
+        )
+
+        what = "cell document"
+        _check(what, doc, CELL_FIELDS)
+        for key in ("run_id", "status", "mode", "releases", "probes", "cell"):
+            if key not in doc:
+                raise EvidenceError(what, key, "is missing")
+        if doc["mode"] not in CELL_MODES:
+            raise EvidenceError(what, "mode", f"{doc['mode'][:64]!r} is not one of {', '.join(CELL_MODES)}")
+        if not all(isinstance(v, str) for v in doc["releases"]):
+            raise EvidenceError(what, "releases", "holds a value that is not a release version")
+        _check_all(what, doc["probes"], CELL_PROBE_FIELDS, "probes", required=("version", "verdict"))
+        for i, probe in enumerate(doc["probes"]):
+            if probe["verdict"] not in VERDICTS:
+                raise EvidenceError(what, f"probes[{i}].verdict", f"{probe['verdict'][:64]!r} is not a verdict")
+        _check(what, doc["cell"], CELL_KEY_FIELDS, "cell.")
+        key = doc["cell"].get("key")
+        if key is None:
+            raise EvidenceError(what, "cell.key", "is missing")
+        if len(key) > 200 or not CELL_KEY_RE.match(key):
+            raise EvidenceError(what, "cell.key", f"{key[:64]!r} is not one file name")
+        predicate = doc.get("predicate")
+        if predicate is not None:
+            try:
+                parse_predicate(predicate)
+            except UsageError as exc:
+                raise EvidenceError(what, "predicate", f"{predicate[:64]!r} is not a predicate ({exc})") from None
+        return cls(key, predicate, doc.get("generated"), doc)

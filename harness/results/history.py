@@ -67,6 +67,7 @@ from harness.results.store import (
     SIDE_FILES,
     Evidence,
     RunStore,
+    read_cell_document,
     read_manifest,
     write_atomic,
 )
@@ -234,11 +235,12 @@ def _repair(store: RunStore, rep: MergeReport, quarantine: bool, repaired: set[P
     if store.dir in repaired:
         return rep
     repaired.add(store.dir)
-    ev = store.read()
-    if _set_aside(store, ev, rep, quarantine):
-        store.drop_unreadable(ev)
-    elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
-        raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
+    with store.lock():  # read under the lock: a line another writer is still writing is not torn
+        ev = store.read()
+        if _set_aside(store, ev, rep, quarantine):
+            store.drop_unreadable(ev)
+        elif ev.corrupt:  # refused before anything was written; only a concurrent writer gets here
+            raise HarnessError(f"{ev.corrupt[0]}; merge stopped")
     return rep
 
 
@@ -332,70 +334,73 @@ def _merge_new(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quaranti
 
 def _merge_existing(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quarantine: bool,
                     repaired: set[Path], rep: MergeReport, area: Path, undone: list[str]) -> None:
-    """A run the root has: its new files staged, put in place, then its new records appended. On a failure
-    what was put in place is taken back (`undone` hears why that failed, if it did)."""
+    """A run the root has: its new files staged, put in place, then its new records appended, all under the
+    run's lock. On a failure what was put in place is taken back (`undone` hears why that failed, if it did)."""
     store = RunStore(dst)
-    _repair(store, rep, quarantine, repaired)
-    work = area / "run"
-    work.mkdir()
-    staged: list[str] = []
-    # manifest: union of the commands, earliest creation
-    cur = read_manifest(dst)
-    cmds = list(cur.get("commands", []))
-    for c in m.get("commands", []):
-        if c not in cmds:
-            cmds.append(c)
-    merged = {**m, **cur, "commands": sorted(cmds, key=lambda c: (c.get("time", ""), json.dumps(c)))}
-    merged["created"] = min(cur.get("created") or "~", m.get("created") or "~")
-    # quarantine: the root run's file with the source's lines that are not records added
-    if quarantine and ev.bad and (dst / QUARANTINE).is_file():
-        copy_file(dst / QUARANTINE, work / QUARANTINE)
-    if _set_aside(RunStore(work), ev, rep, quarantine, shown=dst):
-        staged.append(QUARANTINE)
-    rep.files = _files_to_copy(src, dst)
-    copy_into(src, work, rep.files, root)
-    staged += rep.files
-    if merged != cur:
-        write_atomic(work / MANIFEST, json.dumps(merged, indent=1))
-        staged.append(MANIFEST)
-    new = _new_records({record_id(r) for r in store.read().records}, ev)
-    rep.added, rep.already = len(new), len(ev.records) - len(new)
-    targets = [inside(root, dst / rel) for rel in staged]
-    placed: list[tuple[Path, Path | None]] = []  # (target, its former file kept in the area, or None: new)
-    made: list[Path] = []  # folders made in dst
-    appended: list[dict] = []
-    try:
-        for rel, target in zip(staged, targets):
-            if not target.parent.is_dir():
-                target.parent.mkdir()
-                made.append(target.parent)
-            old = None
-            if os.path.lexists(target):
-                old = area / "old" / rel
-                old.parent.mkdir(parents=True, exist_ok=True)
-                try:
-                    os.link(target, old)  # the former file stays in place until the new one replaces it
-                except OSError:
-                    os.rename(target, old)
-            os.replace(work / rel, target)
-            placed.append((target, old))
-        for rec in new:
-            store.append(rec)
-            appended.append(rec)
-    except BaseException:
+    # the run's lock across reading what it has and putting in what it gains: a writer (a probe, another merge)
+    # at the same time neither loses its line nor gets a record added twice
+    with store.lock():
+        _repair(store, rep, quarantine, repaired)
+        work = area / "run"
+        work.mkdir()
+        staged: list[str] = []
+        # manifest: union of the commands, earliest creation
+        cur = read_manifest(dst)
+        cmds = list(cur.get("commands", []))
+        for c in m.get("commands", []):
+            if c not in cmds:
+                cmds.append(c)
+        merged = {**m, **cur, "commands": sorted(cmds, key=lambda c: (c.get("time", ""), json.dumps(c)))}
+        merged["created"] = min(cur.get("created") or "~", m.get("created") or "~")
+        # quarantine: the root run's file with the source's lines that are not records added
+        if quarantine and ev.bad and (dst / QUARANTINE).is_file():
+            copy_file(dst / QUARANTINE, work / QUARANTINE)
+        if _set_aside(RunStore(work), ev, rep, quarantine, shown=dst):
+            staged.append(QUARANTINE)
+        rep.files = _files_to_copy(src, dst)
+        copy_into(src, work, rep.files, root)
+        staged += rep.files
+        if merged != cur:
+            write_atomic(work / MANIFEST, json.dumps(merged, indent=1))
+            staged.append(MANIFEST)
+        new = _new_records({record_id(r) for r in store.read().records}, ev)
+        rep.added, rep.already = len(new), len(ev.records) - len(new)
+        targets = [inside(root, dst / rel) for rel in staged]
+        placed: list[tuple[Path, Path | None]] = []  # (target, its former file kept in the area, or None: new)
+        made: list[Path] = []  # folders made in dst
+        appended: list[dict] = []
         try:
-            if appended and not _take_back(store.dir / PROBES, appended):
-                undone.append(f"{len(appended)} record(s) appended are no longer the last lines of {PROBES}")
-            for target, old in reversed(placed):
-                if old is None:
-                    target.unlink()
-                else:
-                    os.replace(old, target)
-            for d in reversed(made):
-                d.rmdir()
-        except OSError as exc:
-            undone.append(why(exc))
-        raise
+            for rel, target in zip(staged, targets):
+                if not target.parent.is_dir():
+                    target.parent.mkdir()
+                    made.append(target.parent)
+                old = None
+                if os.path.lexists(target):
+                    old = area / "old" / rel
+                    old.parent.mkdir(parents=True, exist_ok=True)
+                    try:
+                        os.link(target, old)  # the former file stays in place until the new one replaces it
+                    except OSError:
+                        os.rename(target, old)
+                os.replace(work / rel, target)
+                placed.append((target, old))
+            for rec in new:
+                store.append(rec)
+                appended.append(rec)
+        except BaseException:
+            try:
+                if appended and not _take_back(store.dir / PROBES, appended):
+                    undone.append(f"{len(appended)} record(s) appended are no longer the last lines of {PROBES}")
+                for target, old in reversed(placed):
+                    if old is None:
+                        target.unlink()
+                    else:
+                        os.replace(old, target)
+                for d in reversed(made):
+                    d.rmdir()
+            except OSError as exc:
+                undone.append(why(exc))
+            raise
 
 
 def _take_back(path: Path, ours: list[dict]) -> bool:
@@ -421,8 +426,8 @@ def _take_back(path: Path, ours: list[dict]) -> bool:
 
 def _generated(path: Path) -> str:
     try:
-        return json.loads(path.read_text()).get("generated") or ""
-    except (OSError, ValueError):
+        return read_cell_document(path).generated or ""
+    except (OSError, HarnessError):  # not a cell document: any other replaces it, and it replaces none
         return ""
 
 

@@ -3,6 +3,7 @@
     results/<run-id>/manifest.json   what was run: command, digests, platform
     results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
     results/<run-id>/quarantine.jsonl  lines set aside by `merge --quarantine` (not probe records)
+    results/<run-id>/probes.lock     the run's write lock (flock): held by every writer of the two above
     results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
     results/<run-id>/cells/          the latest summary of each search over this run
     results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
@@ -21,6 +22,16 @@ leaves the run out). The one expected damage is a last line cut off mid-write
 and cut off by the next append; a last line that is a whole record and lacks
 only its newline is a record.
 
+Writers of one run in several processes at once (a search and a merge, two
+merges, the probes of `--jobs` in threads) take the run's lock (`lock()`, a
+flock on probes.lock) around each write: the check of the last line and the
+append, a line set aside, the rewrite without unreadable lines. Under the lock
+a last line without its newline is a write cut off, never another writer's
+line still on its way. A caller whose write depends on what it read (merge
+adds only the records not there yet) holds `lock()` across both. Readers take
+no lock: the last line a reader sees may be a write still under way, reported
+as torn and left out of that read.
+
 The run id is derived from what decides a probe's outcome (model and batch
 digests, target, backend, session options), so running the same command
 again, or another range over the same model, reuses every finished probe.
@@ -33,18 +44,31 @@ import json
 import os
 import platform
 import sys
+import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
-from harness.results.evidence import RUN_ID_RE, EvidenceError, ProbeRecord, RunManifest
+from harness.results.evidence import (
+    MAX_RECORD_BYTES,
+    RUN_ID_RE,
+    CellDocument,
+    EvidenceError,
+    ProbeRecord,
+    RunManifest,
+    loads,
+)
+from harness.results.locking import file_lock
 
 MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
 QUARANTINE = "quarantine.jsonl"
+LOCK = "probes.lock"  # flock'd by every writer of probes.jsonl and quarantine.jsonl
 EXPLANATION = "explanation"
 REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
 REPRO = "repro.py"  # the report's repro script
@@ -67,6 +91,16 @@ def read_manifest(run_dir: Path) -> dict:
         return RunManifest.parse(doc).raw
     except EvidenceError as exc:
         raise UsageError(f"{run_dir}: {MANIFEST}: {exc}; not a results directory") from None
+
+
+def read_cell_document(path: Path) -> CellDocument:
+    """One run document under cells/, refused (EvidenceError) when it cannot be read or is not of its schema's
+    shape; OSError when the file cannot be opened."""
+    try:
+        doc = loads(Path(path).read_bytes())
+    except ValueError as exc:
+        raise EvidenceError("cell document", "", str(exc)) from None
+    return CellDocument.parse(doc)
 
 
 def run_id_for(name: str, key: dict) -> str:
@@ -124,6 +158,7 @@ class Evidence:
 
 
 _reported_torn: set[tuple[str, int]] = set()
+_held = threading.local()  # .runs: the run directories whose lock this thread holds
 
 
 @dataclass
@@ -165,16 +200,40 @@ class RunStore:
         except UsageError:
             return None
 
+    @contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold the run's write lock (probes.lock; other processes and threads wait for it). Every writer
+        here takes it; a caller holds it across a read and the writes that depend on it. Reentrant in a thread."""
+        runs = _held.__dict__.setdefault("runs", set())
+        key = os.path.realpath(self.dir)
+        if key in runs:
+            yield
+            return
+        with file_lock(self.dir / LOCK):
+            runs.add(key)
+            try:
+                yield
+            finally:
+                runs.discard(key)
+
     def append(self, record: dict) -> None:
-        """Append one probe as a single write, flushed to disk before returning.
+        """Append one probe as a single write, flushed to disk before returning, under the run's lock.
 
         A last line torn by an earlier failure (a full disk, a crash mid-write)
         is cut off first, so it can never swallow the record written after it;
         a last line that is a whole record lacking only its newline gets it. If
         this write fails, what it wrote is taken back (when it is still the end
-        of the file: another run appending to the same file is never cut).
+        of the file: a writer that does not take the lock is never cut).
+        A record that readers would refuse (see `read`) is refused here, and nothing is written.
         """
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        line = json.dumps(record, sort_keys=True).encode()
+        why = _parse(line)[1]
+        if why:
+            raise HarnessError(f"{self.dir / PROBES}: not appended, a reader would refuse it: {why}")
+        with self.lock():
+            self._append(line + b"\n")
+
+    def _append(self, line: bytes) -> None:
         fd = os.open(self.dir / PROBES, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             _settle_tail(fd)
@@ -242,28 +301,33 @@ class RunStore:
     def set_aside(self, bad: list[BadLine]) -> int:
         """Keep lines that are not records in quarantine.jsonl (once each); how many were new."""
         path = self.dir / QUARANTINE
-        try:
-            have = {json.dumps(json.loads(x), sort_keys=True) for x in path.read_text().splitlines() if x.strip()}
-        except FileNotFoundError:
-            have = set()
-        except (OSError, ValueError) as exc:
-            raise HarnessError(f"cannot read {path}: {exc}") from None
-        new = [e for e in (json.dumps(b.entry(), sort_keys=True) for b in bad) if e not in have]
-        if new:
-            with open(path, "a") as f:
-                f.write("".join(e + "\n" for e in dict.fromkeys(new)))
-                f.flush()
-                os.fsync(f.fileno())
+        with self.lock():
+            try:
+                have = {json.dumps(json.loads(x), sort_keys=True) for x in path.read_text().splitlines() if x.strip()}
+            except FileNotFoundError:
+                have = set()
+            except (OSError, ValueError) as exc:
+                raise HarnessError(f"cannot read {path}: {exc}") from None
+            new = [e for e in (json.dumps(b.entry(), sort_keys=True) for b in bad) if e not in have]
+            if new:
+                with open(path, "a") as f:
+                    f.write("".join(e + "\n" for e in dict.fromkeys(new)))
+                    f.flush()
+                    os.fsync(f.fileno())
         return len(dict.fromkeys(new))
 
     def drop_unreadable(self, ev: Evidence) -> None:
-        """Rewrite probes.jsonl without the lines of `ev.bad` (set them aside first): only for `--quarantine`."""
+        """Rewrite probes.jsonl without the lines of `ev.bad` (set them aside first): only for `--quarantine`.
+
+        A line is dropped only if it is still the one `ev` read at its place; read `ev` under `lock()`, so that
+        a line another writer had not finished is not taken for a torn one."""
         drop = {b.line: b.raw for b in ev.bad}
-        lines = ev.path.read_bytes().split(b"\n")
-        if lines[-1] == b"":
-            lines.pop()
-        kept = [x + b"\n" for n, x in enumerate(lines, 1) if drop.get(n) != x.decode("utf-8", "surrogateescape")]
-        write_atomic(ev.path, b"".join(kept))
+        with self.lock():
+            lines = ev.path.read_bytes().split(b"\n")
+            if lines[-1] == b"":
+                lines.pop()
+            kept = [x + b"\n" for n, x in enumerate(lines, 1) if drop.get(n) != x.decode("utf-8", "surrogateescape")]
+            write_atomic(ev.path, b"".join(kept))
 
     def save_summary(self, key: str, doc: dict) -> Path:
         """The latest summary of one search over this run (a matrix cell, or a `bisect run`), in cells/KEY.json."""
@@ -313,9 +377,11 @@ class RunStore:
     def discard_if_unused(self) -> None:
         """Remove a run directory that this command opened and nothing was written into."""
         manifest = self.manifest() or {}
-        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, OUTPUTS) for p in self.dir.iterdir()):
+        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, OUTPUTS, LOCK)
+                                                        for p in self.dir.iterdir()):
             return
         try:
+            (self.dir / LOCK).unlink(missing_ok=True)
             (self.dir / MANIFEST).unlink()
             (self.dir / "outputs").rmdir()
             self.dir.rmdir()
@@ -326,14 +392,8 @@ class RunStore:
 def _parse(raw: bytes) -> tuple[dict | None, str | None]:
     """(record, None), or (None, why the line is not a probe record)."""
     try:
-        rec = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        return None, "not UTF-8 text"
-    except ValueError as exc:
-        return None, f"not JSON ({exc})"
-    try:
-        return ProbeRecord.parse(rec).raw, None
-    except EvidenceError as exc:
+        return ProbeRecord.parse(loads(raw, MAX_RECORD_BYTES)).raw, None
+    except (ValueError, EvidenceError) as exc:
         return None, str(exc)
 
 
@@ -350,7 +410,7 @@ def _settle_tail(fd: int) -> None:
             cut = start + i + 1
             break
         pos = start
-    if _parse(os.pread(fd, size - cut, cut))[1] is None:
+    if size - cut <= MAX_RECORD_BYTES and _parse(os.pread(fd, size - cut, cut))[1] is None:
         if os.write(fd, b"\n") != 1:
             raise OSError(28, os.strerror(28))
     else:
