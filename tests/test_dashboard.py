@@ -327,15 +327,25 @@ def test_page_is_self_contained_and_escapes_results(tmp_path):
 
 
 def test_a_summary_whose_cell_key_climbs_out_links_to_its_own_file(tmp_path):
-    """A results directory is evidence from elsewhere: a summary saying its cell key is `../../../../x` must not
-    make the page link out of the site; the link is the summary's own file, copied into the site."""
+    """A results directory is evidence from elsewhere: a summary saying its cell key is `../../../../x` is no
+    cell document (left out, with why), and one whose key is not its file's name is linked by its own file,
+    copied into the site: no link leaves the site."""
     results = synthetic(tmp_path / "results")
     summary = results / "fused-x86_64-1" / "cells" / "k.json"
-    summary.write_text(json.dumps({**json.loads(summary.read_text()), "cell": {"key": "../../../../x"}}))
-    site = tmp_path / "site"
+    doc = json.loads(summary.read_text())
+    summary.write_text(json.dumps({**doc, "cell": {"key": "../../../../x"}}))
+    left_out = []
+    text = dashboard.build(results, tmp_path / "site", left_out=left_out).read_text()
+    assert [(p.name, why) for p, why in left_out] == [
+        ("k.json", "not a cell document: cell.key '../../../../x' is not one file name")]
+    assert 'href="data/fused-x86_64-1/cells/k.json"' not in text  # named among what was left out, not linked
+    assert "is not one file name" in text
+    summary.write_text(json.dumps({**doc, "cell": {"key": "another-name"}}))
+    site = tmp_path / "site2"
     text = dashboard.build(results, site).read_text()
     hrefs = __import__("re").findall(r'href="(data/[^"]+)"', text)
     assert "data/fused-x86_64-1/cells/k.json" in hrefs, hrefs
+    assert "another-name" not in " ".join(hrefs)
     for href in hrefs:
         target = (site / urllib.request.url2pathname(href)).resolve()
         assert target.is_relative_to(site.resolve()) and target.is_file(), href

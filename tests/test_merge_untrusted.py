@@ -24,12 +24,18 @@ RUN = "m-x86_64-1"
 SECRET = "SECRET-d41d8cd98f00b204"  # what lies outside the artifact: never in a root or a site
 
 
+def cell_document(run_id: str, generated: str) -> str:
+    """The smallest cell document the reader accepts (harness.results.evidence.CellDocument)."""
+    return json.dumps({"run_id": run_id, "status": "found", "mode": "regression", "releases": [], "probes": [],
+                       "cell": {"key": "c"}, "generated": generated})
+
+
 def artifact(base: Path, run_id: str = RUN, n: int = 3, day: int = 1) -> Path:
     """A run as CI uploads it: probes, an output, a cell summary, a trace, the report and its repro script."""
     d = fake_run(base, run_id, KEY, [rec(f"1.{i}", 0, f"2025-01-{day + i:02d}T00:00:00Z") for i in range(n)])
     (d / "outputs" / f"1.{n - 1}.npz").write_bytes(b"outputs")
     (d / "cells").mkdir()
-    (d / "cells" / "c.json").write_text(json.dumps({"generated": f"2025-01-{day:02d}T00:00:00Z", "probes": []}))
+    (d / "cells" / "c.json").write_text(cell_document(run_id, f"2025-01-{day:02d}T00:00:00Z"))
     (d / "traces").mkdir()
     (d / "traces" / "1.0.json").write_text(json.dumps({"version": "1.0", "max_headroom": 0.5}))
     (d / "report.md").write_text("# report\n")
@@ -239,7 +245,7 @@ def one_line(r, status: int = 1) -> str:
 def newer_source(tmp_path: Path) -> Path:
     """The same run three days on: three more records, a new output, a newer cell summary and report."""
     d = artifact(tmp_path / "later", n=6)
-    (d / "cells" / "c.json").write_text(json.dumps({"generated": "2025-02-01T00:00:00Z", "probes": []}))
+    (d / "cells" / "c.json").write_text(cell_document(RUN, "2025-02-01T00:00:00Z"))
     later = time.time() + 3600
     os.utime(d / "report.md", (later, later))
     return d

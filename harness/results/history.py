@@ -36,6 +36,7 @@ read, and never through a link, is harness.results.runs. Merge also:
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -274,9 +275,11 @@ def _merge_one(root: Path, src: Path, run_id: str, m: dict, ev: Evidence, quaran
     undone: list[str] = []  # why what was put in place could not be taken back
     try:
         try:
-            if rep.created:
-                _merge_new(root, src, dst, m, ev, quarantine, rep, area)
-            else:
+            if rep.created and not _merge_new(root, src, dst, m, ev, quarantine, rep, area):
+                # another merge made the run meanwhile: merge into it as into any run the root has
+                shutil.rmtree(area / "run", ignore_errors=True)
+                rep = MergeReport(run_id, src, created=False)
+            if not rep.created:
                 _merge_existing(root, src, dst, m, ev, quarantine, repaired, rep, area, undone)
         except OSError as exc:
             left = (f"the run may be half merged: taking it back failed ({undone[0]}); its former files are "
@@ -316,8 +319,9 @@ def _files_to_copy(src: Path, dst: Path) -> list[str]:
 
 
 def _merge_new(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quarantine: bool, rep: MergeReport,
-               area: Path) -> None:
-    """A run the root lacks: made whole in the staging area, then renamed into place in one step."""
+               area: Path) -> bool:
+    """A run the root lacks: made whole in the staging area, then renamed into place in one step. False when
+    the name was taken meanwhile (another merge of the same run), with nothing changed."""
     work = area / "run"
     (work / OUTPUTS).mkdir(parents=True)
     write_atomic(work / MANIFEST, json.dumps(m, indent=1))
@@ -329,7 +333,13 @@ def _merge_new(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quaranti
     rep.added, rep.already = len(new), len(ev.records) - len(new)
     rep.files = _files_to_copy(src, dst)
     copy_into(src, work, rep.files, root)
-    os.rename(work, dst)  # fails, and changes nothing, if the name was taken meanwhile
+    try:
+        os.rename(work, dst)  # fails, and changes nothing, if the name was taken meanwhile
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY) and is_run(dst):
+            return False
+        raise
+    return True
 
 
 def _merge_existing(root: Path, src: Path, dst: Path, m: dict, ev: Evidence, quarantine: bool,
