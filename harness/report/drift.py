@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.metrics import of_record
+from harness.metrics import cosine_text, of_record
 from harness.releases.versions import parse_version
 from harness.results.history import latest_by_version
 from harness.verdicts import Predicate, judge
@@ -149,7 +149,7 @@ def _change_words(change: float | None) -> str:
 def _value(metric: str, x: float | None) -> str:
     if x is None:
         return "none"
-    return {"max_abs": f"{x:.5g}", "headroom": f"{x:.3g}", "cosine_min": f"{x:.7g}",
+    return {"max_abs": f"{x:.5g}", "headroom": f"{x:.3g}", "cosine_min": cosine_text(x),
             "rel_diff_max": f"{x:.3g}"}[metric]
 
 
