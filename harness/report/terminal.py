@@ -281,6 +281,8 @@ def diff_table(result: DiffResult) -> Group:
         t.add_column(col, overflow="fold")
     for c in result.precision_changes:
         t.add_row(plain(c["node"]), plain(c["op_type"]), plain(describe(c["a"])), plain(describe(c["b"])))
+    if result.failed:  # the failure is the difference: no node table
+        return Group(Text("\n".join(map(printable, str(result.explanation).split("\n")))))
     lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
              f"({result.b_nan_rows} NaN rows of {result.rows})"]
     for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
