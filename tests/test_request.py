@@ -294,7 +294,7 @@ def _image_model(x_dims, s_dims):
     s = helper.make_tensor_value_info("s", TensorProto.FLOAT, s_dims)
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
     graph = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "g", [x, s], [y])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)  # 1.19 reads 10 at most
 
 
 def test_a_question_mark_or_blank_dim_name_binds_no_size_between_inputs(tmp_path):
@@ -316,6 +316,7 @@ def test_a_question_mark_or_blank_dim_name_binds_no_size_between_inputs(tmp_path
 
 
 def test_a_shared_symbolic_name_of_two_sizes_warns_as_onnxruntime_runs_it():
+    """onnxruntime 1.19.0 and 1.30.0 run this model on this batch (h=192 in x, h=96 in s) without a word."""
     from harness.models.inputs import check_inputs
     from harness.models.registry import facts_of
 
