@@ -190,7 +190,9 @@ def options_table(doc: dict) -> Table:
         t.add_column(col)
     for c in doc["combos"]:
         note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
-        if c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
+        if c.get("status") not in (None, "ran"):
+            note = c.get("why") or c["status"]  # bad by --bad-if error: its message, not "0 NaN rows of 0"
+        elif c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
             note = f"{c['nan_rows']} NaN rows of {c['rows']}"
         t.add_row(*(plain(c[k]) for k in ("level", "mode", "threads", "switch")), verdict(c["verdict"]), plain(note))
     return t
