@@ -122,7 +122,7 @@ def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
 def _failure(a: TraceResult, b: TraceResult) -> str:
     """The difference when one release (or both) does not run the model: its status and message."""
     def failed(t: TraceResult) -> str:
-        return f"{t.version} does not run the model ({t.status}): {t.reason}"
+        return f"{t.version} does not run the model ({t.status}): {str(t.reason).rstrip('.')}"
 
     if a.status != "ran" and b.status != "ran":
         return f"Neither release runs the model, so nothing is compared node by node. {failed(a)}. {failed(b)}."
