@@ -92,7 +92,7 @@ def sweep_boundary(known: list[str | None], mode: str, status: str) -> tuple[str
     return status, None, None
 
 
-def sweep_words(doc: dict, mode: str) -> str:
+def sweep_words(doc: dict, mode: str, counted: str) -> str:
     """A sweep's verdicts from its transitions: "bad until 1.27.0, good from 1.28.0: fixed at 1.28.0"."""
     moves = doc["transitions"]
     parts = []
@@ -102,7 +102,7 @@ def sweep_words(doc: dict, mode: str) -> str:
     parts.append(f"{moves[-1]['verdicts'][1]} from {moves[-1]['to']}")
     what = {("good", "bad"): "broken", ("bad", "good"): "fixed"}
     events = ", ".join(f"{what[tuple(t['verdicts'])]} at {t['to']}" for t in moves)
-    text = ", ".join(parts) + f": {events}."
+    text = ", ".join(parts) + f": {events} ({counted})."
     old, new = MODES[mode]
     if doc["status"] == "found" and len(moves) > 1:
         text += f" Last {old}: {doc[f'last_{old}']}, first {new}: {doc[f'first_{new}']} (the first {old}-to-{new})."
@@ -118,7 +118,7 @@ def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
     step = outcome.step
     counted = f"{doc['probe_count']} probes out of {doc['release_count']} releases"
     if doc["mode"] == "sweep" and doc.get("transitions"):
-        text = sweep_words(doc, mode) + f" ({counted})."
+        text = sweep_words(doc, mode, counted)
         if doc["untestable"]:
             text += f" Untestable in between: {', '.join(doc['untestable'])}; the change is in one of them or at {doc[f'first_{new}']}."
         if not doc["monotone"]:
