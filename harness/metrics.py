@@ -8,9 +8,13 @@ without probing again. What is measured:
   (max |x| / 65504) of fp16 outputs, the count of all-zero rows;
 * with a reference (a file, another release's outputs, the model in fp32):
   per output the cosine of each row with the reference row (the worst row is
-  kept) and the largest relative difference. A row holding NaN or Inf counts
-  as cosine -1 (as far from the reference as a row can be) and makes the
-  relative difference non-finite (stored as None, with the row count).
+  kept), the largest absolute difference over the values finite in both, and
+  the largest relative difference |a - r| / max(|r|, floor) where the floor is
+  a fraction of the output's largest |r| (REL_FLOOR by default; one value per
+  floor of FLOORS is kept, so `rel-diff>X@F` judges a stored probe again).
+  A row holding NaN or Inf counts as cosine -1 (as far from the reference as
+  a row can be) and makes the relative difference non-finite (stored as None,
+  with the row count).
 
 Everything is a plain float, int or None: a record is JSON.
 """
@@ -21,6 +25,31 @@ import numpy as np
 
 FP16_MAX = 65504.0
 
+# The relative difference's floor, as a fraction of the output's largest |reference|. Without one, an exact
+# zero in the reference makes any change infinite (one ulp of a probability near 1.0, 1.2e-7, over float32's
+# tiny was 1e+31). 1e-3 is numpy.allclose's own ratio (atol 1e-8 / rtol 1e-5), taken in the output's units so
+# that it holds for logits as for probabilities: values under a thousandth of the output's largest are judged
+# by their absolute difference. A one-ulp change at the output's scale is then ~1.2e-4, under rel-diff>1e-3.
+REL_FLOOR = 1e-3
+# The floors a probe stores its relative difference at (decades): any of them can judge a stored probe again.
+FLOORS = tuple(10.0 ** -k for k in range(9, -1, -1))
+
+
+def floor_key(floor: float) -> str:
+    """The name of a floor in a record's `rel_diff_floors`: "1e-03"."""
+    return f"{floor:.0e}"
+
+
+def cosine_text(x: float | None) -> str:
+    """A cosine as every table and sentence shows it: 8 decimals, and never "1.00000000" for one below 1
+    (0.9999999996 reads 1-4.0e-10), so one cosine reads the same everywhere."""
+    if x is None:
+        return "-"
+    text = f"{x:.8f}"
+    if x < 1.0 and text == "1.00000000":
+        return f"1-{1.0 - x:.1e}"
+    return text
+
 
 def headroom(stats: dict) -> float | None:
     """max |x| over the fp16 ceiling, for an fp16 output whose worker statistics hold a max |x|."""
@@ -30,7 +59,7 @@ def headroom(stats: dict) -> float | None:
 
 
 def compare(output: np.ndarray, reference: np.ndarray) -> dict:
-    """Per-row cosine (worst row) and max relative difference of one output against its reference."""
+    """Per-row cosine (worst row), max absolute and relative differences of one output against its reference."""
     a = np.asarray(output, np.float64)
     r = np.asarray(reference, np.float64)
     if a.shape != r.shape:
@@ -44,14 +73,21 @@ def compare(output: np.ndarray, reference: np.ndarray) -> dict:
         both_zero = (na == 0) & (nr == 0)
         cos = np.where(both_zero, 1.0, np.where((na > 0) & (nr > 0), dot / (na * nr), 0.0))
         cos = np.where(finite & np.isfinite(cos), np.clip(cos, -1.0, 1.0), -1.0)
-        rel = np.abs(rows_a - rows_r) / np.maximum(np.abs(rows_r), np.finfo(np.float32).tiny)
+        diff = np.abs(rows_a - rows_r)
+        both = np.isfinite(rows_a) & np.isfinite(rows_r)
+        scale = float(np.abs(rows_r[np.isfinite(rows_r)]).max(initial=0.0))
+        tiny = np.finfo(np.float32).tiny  # an all-zero reference: no scale to take a fraction of
+        rel = {floor_key(f): float((diff / np.maximum(np.abs(rows_r), max(f * scale, tiny))).max(initial=0.0))
+               for f in FLOORS}
     worst = int(np.argmin(cos)) if cos.size else None
     nonfinite = int((~finite).sum())
     return {
         "cosine_min": float(cos.min()) if cos.size else None,
         "worst_row": worst,
-        "rel_diff_max": None if nonfinite else float(rel.max(initial=0.0)),
-        "max_abs_diff": None if nonfinite else float(np.abs(rows_a - rows_r).max(initial=0.0)),
+        "rel_diff_max": None if nonfinite else rel[floor_key(REL_FLOOR)],
+        "rel_diff_floors": {k: None if nonfinite else v for k, v in rel.items()},
+        "abs_diff_max": float(diff[both].max(initial=0.0)),
+        "max_abs_diff": None if nonfinite else float(diff.max(initial=0.0)),
         "nonfinite_rows": nonfinite,
     }
 
@@ -86,6 +122,9 @@ def probe_metrics(result: dict | None, outputs: dict[str, np.ndarray] | None = N
             doc["cosine_min"] = min(c["cosine_min"] for c in good)
             rel = [c["rel_diff_max"] for c in good]
             doc["rel_diff_max"] = None if None in rel else max(rel)
+            doc["rel_diff_floors"] = {k: None if any(c["rel_diff_floors"][k] is None for c in good)
+                                      else max(c["rel_diff_floors"][k] for c in good) for k in map(floor_key, FLOORS)}
+            doc["abs_diff_max"] = max(c["abs_diff_max"] for c in good)
             doc["nonfinite_rows"] = max(c["nonfinite_rows"] for c in good)
     return doc
 

@@ -97,6 +97,7 @@ class ProbeInputs:
     batch_digest: str
     outputs: tuple[str, ...]
     sizes: dict[str, int] = field(default_factory=dict)  # symbolic dims of the model's inputs in this batch
+    warnings: tuple[str, ...] = ()  # what the batch does that onnxruntime runs but a user may not mean
 
 
 @dataclass
@@ -315,15 +316,16 @@ def _model_and_batch(spec: SearchSpec) -> ProbeInputs:
     resolved = models.resolve(spec.model, spec.cache_dir, spec.offline)
     batch = Path(spec.inputs) if spec.inputs else inputs_mod.default_batch(resolved, spec.cache_dir)
     arrays = inputs_mod.load_npz(batch)
+    warned: list[str] = []
     sizes = inputs_mod.check_inputs(resolved.facts, arrays, f"--inputs {spec.inputs}" if spec.inputs
-                                    else f"the batch of {resolved.name}")
+                                    else f"the batch of {resolved.name}", warned)
     declared = [o.name for o in resolved.facts.outputs]
     outputs = tuple(spec.outputs) or resolved.spec.outputs
     for name in outputs:
         if name not in declared:
             who = f"--output {name}" if name in spec.outputs else f"model {resolved.name}: registered output {name}"
             raise UsageError(f"{who}: the model has no such output (its outputs: {', '.join(declared)})")
-    return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), outputs, sizes)
+    return ProbeInputs(resolved, batch.resolve(), inputs_mod.arrays_digest(arrays), outputs, sizes, tuple(warned))
 
 
 def _check_names(facts: models.Facts, dump: tuple[str, ...], nodes: tuple[str, ...]) -> None:

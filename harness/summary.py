@@ -38,7 +38,7 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
             "verdict": rec["verdict"],
             "why": rec.get("why"),
             "decided_by": rec.get("decided_by") or [],
-            "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max") if k in m},
+            "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max", "abs_diff_max") if k in m},
             "nan_rows": rec.get("nan_rows"),
             "inf_rows": rec.get("inf_rows"),
             "rows": rec.get("rows"),
@@ -46,10 +46,16 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
             "reused": r.version not in outcome.probed_now,
             "commit": build_of(rec)["commit"],
         })
+    known = [outcome.verdict(i) for i in range(len(rel))]
+    status, lo_i, hi_i = step.status, step.lo, step.hi
+    untestable = step.untestable
+    if sweep:  # the boundary is the first transition the mode looks for, not the first of any kind
+        status, lo_i, hi_i = sweep_boundary(known, mode, step.status)
+        untestable = tuple(range(lo_i + 1, hi_i)) if status == "found" else ()
     doc = {
         "run_id": run_id,
         "mode": "sweep" if sweep else mode,
-        "status": step.status,
+        "status": status,
         "monotone": step.monotone,
         "releases": [r.version for r in rel],
         "probes": probes,
@@ -57,15 +63,14 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
         "release_count": len(rel),
         "provenance": next(iter(outcome.records.values()), {}).get("provenance", {}),
     }
-    lo = rel[step.lo].version if step.status == "found" else None
-    hi = rel[step.hi].version if step.status == "found" else None
+    lo = rel[lo_i].version if status == "found" else None
+    hi = rel[hi_i].version if status == "found" else None
     doc[f"last_{old}"], doc[f"first_{new}"] = lo, hi
     commits = {v: build_of(outcome.records.get(v))["commit"] if v else None for v in (lo, hi)}
     doc["commits"] = {f"last_{old}": commits[lo], f"first_{new}": commits[hi],
-                      "compare": compare_url(commits[lo], commits[hi])} if step.status == "found" else None
-    doc["untestable"] = [rel[i].version for i in step.untestable]
+                      "compare": compare_url(commits[lo], commits[hi])} if status == "found" else None
+    doc["untestable"] = [rel[i].version for i in untestable]
     if sweep:
-        known = [outcome.verdict(i) for i in range(len(rel))]
         doc["transitions"] = [
             {"from": rel[a].version, "to": rel[b].version, "verdicts": [known[a], known[b]]}
             for a, b in transitions(known)
@@ -74,11 +79,51 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
     return doc
 
 
+def sweep_boundary(known: list[str | None], mode: str, status: str) -> tuple[str, int | None, int | None]:
+    """(status, lo, hi) of a sweep: its first transition from the mode's old verdict to its new one; a sweep
+    whose only transitions go the other way is the wrong direction, not a boundary found."""
+    old, new = MODES[mode]
+    pairs = transitions(known)
+    for a, b in pairs:
+        if (known[a], known[b]) == (old, new):
+            return "found", a, b
+    if pairs:
+        return "wrong_direction", pairs[0][0], pairs[0][1]
+    return status, None, None
+
+
+def sweep_words(doc: dict, mode: str, counted: str) -> str:
+    """A sweep's verdicts from its transitions: "bad until 1.27.0, good from 1.28.0: fixed at 1.28.0"."""
+    moves = doc["transitions"]
+    parts = []
+    for i, t in enumerate(moves):
+        before, after = t["verdicts"]
+        parts.append(f"{before} until {t['from']}" if i == 0 else f"{before} from {moves[i - 1]['to']} to {t['from']}")
+    parts.append(f"{moves[-1]['verdicts'][1]} from {moves[-1]['to']}")
+    what = {("good", "bad"): "broken", ("bad", "good"): "fixed"}
+    events = ", ".join(f"{what[tuple(t['verdicts'])]} at {t['to']}" for t in moves)
+    text = ", ".join(parts) + f": {events} ({counted})."
+    old, new = MODES[mode]
+    if doc["status"] == "found" and len(moves) > 1:
+        text += f" Last {old}: {doc[f'last_{old}']}, first {new}: {doc[f'first_{new}']} (the first {old}-to-{new})."
+    elif doc["status"] != "found":
+        text += f" No {old} release is followed by a {new} one: no {'regression' if mode == 'regression' else 'fix'} " \
+                "in this range."
+    return text
+
+
 def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
     old, new = MODES[mode]
     rel = outcome.releases
     step = outcome.step
     counted = f"{doc['probe_count']} probes out of {doc['release_count']} releases"
+    if doc["mode"] == "sweep" and doc.get("transitions"):
+        text = sweep_words(doc, mode, counted)
+        if doc["untestable"]:
+            text += f" Untestable in between: {', '.join(doc['untestable'])}; the change is in one of them or at {doc[f'first_{new}']}."
+        if not doc["monotone"]:
+            text += " The verdicts change more than once: the regression is not monotone."
+        return text
     if step.status == "found":
         text = f"Last {old}: {doc[f'last_{old}']}, first {new}: {doc[f'first_{new}']} ({counted})."
         if doc["untestable"]:
@@ -98,15 +143,11 @@ def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
     if not doc["monotone"]:
         text += " The verdicts change more than once: the regression is not monotone"
         text += "." if doc["mode"] == "sweep" else "; run `bisect sweep` to see every transition."
-    if doc["mode"] == "sweep" and doc.get("transitions"):
-        text += " Transitions: " + "; ".join(f"{t['from']} ({t['verdicts'][0]}) -> {t['to']} ({t['verdicts'][1]})"
-                                             for t in doc["transitions"]) + "."
     return text
 
 
 def exit_status(doc: dict) -> int:
-    if doc["mode"] == "sweep":
-        return EXIT_FOUND if doc.get("transitions") else EXIT_NO_BOUNDARY
+    """0 when the search found the boundary it looks for (a sweep: a transition the mode's way), else 3."""
     return EXIT_FOUND if doc["status"] == "found" else EXIT_NO_BOUNDARY
 
 

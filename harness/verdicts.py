@@ -6,32 +6,47 @@ so a stored result can be judged again under another `--bad-if`.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from harness.errors import UsageError
-from harness.metrics import of_record, probe_metrics
+from harness.metrics import (
+    FLOORS,
+    REL_FLOOR,
+    cosine_text,
+    floor_key,
+    of_record,
+    probe_metrics,
+)
 
 VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministic")
 
 
 @dataclass(frozen=True)
 class Condition:
-    """One way of being bad: `kind` is one of CONDITIONS, `bound` its threshold where it has one."""
+    """One way of being bad: `kind` is one of CONDITIONS, `bound` its threshold where it has one, `floor`
+    the relative difference's floor where it is not the default (metrics.REL_FLOOR)."""
 
     kind: str
     bound: float | None = None
+    floor: float | None = None
 
     def __str__(self) -> str:
         if self.bound is None:
             return self.kind
-        return f"{self.kind}{'<' if self.kind in BELOW else '>'}{self.bound:g}"
+        at = f"@{self.floor:g}" if self.floor is not None else ""
+        return f"{self.kind}{'<' if self.kind in BELOW else '>'}{self.bound:g}{at}"
 
     @property
     def needs_reference(self) -> bool:
-        return self.kind in ("rel-diff", "cosine")
+        return self.kind in ("rel-diff", "abs-diff", "cosine")
+
+    @property
+    def rel_floor(self) -> float:
+        return REL_FLOOR if self.floor is None else self.floor
 
     def words(self, reference: str = "the reference") -> str:
         b = None if self.bound is None else f"{self.bound:g}"
@@ -41,7 +56,9 @@ class Condition:
             "zero-rows": "an output row is all zeros",
             "max-abs": f"an output's max |x| is above {b}",
             "headroom": f"an fp16 output's max |x| is above {b} of the fp16 ceiling (65504)",
-            "rel-diff": f"the largest relative difference from {reference} is above {b}",
+            "rel-diff": f"the largest relative difference from {reference} (|a - r| / max(|r|, {self.rel_floor:g} of the "
+                        f"output's largest |r|)) is above {b}",
+            "abs-diff": f"the largest absolute difference from {reference} is above {b}",
             "cosine": f"the worst row's cosine with {reference} is below {b}",
             "error": "the model fails to load or run",
             "crash": "the worker process dies (by a signal or without a result)",
@@ -80,22 +97,40 @@ CONDITIONS = {
     "zero-rows": "any output row is all zeros",
     "max-abs": "max |x| of an output above a bound: max-abs>1e4",
     "headroom": "max |x| of an fp16 output over 65504 above a bound: headroom>0.9",
-    "rel-diff": "max relative difference from the reference above a bound: rel-diff>1e-3",
+    "rel-diff": ("max relative difference from the reference above a bound: rel-diff>1e-3 "
+                 f"(floor {REL_FLOOR:g} of the output's largest |reference|; another: rel-diff>1e-3@1e-5)"),
+    "abs-diff": "max absolute difference from the reference above a bound: abs-diff>1e-4",
     "cosine": "worst row's cosine with the reference below a bound: cosine<0.999",
     "error": "the model fails to load or run on the release (the message is kept)",
     "crash": "the worker dies by a signal or ends without a result",
 }
 PREDICATES = CONDITIONS  # the vocabulary of --bad-if
-BOUNDED = ("max-abs", "headroom", "rel-diff", "cosine")
+BOUNDED = ("max-abs", "headroom", "rel-diff", "abs-diff", "cosine")
 BELOW = ("cosine",)  # bad below the bound, not above
 
 
+def _floor(text: str, kind: str, floor: str) -> float | None:
+    """The `@F` of rel-diff>X@F: one of metrics.FLOORS (None for the default one)."""
+    if kind != "rel-diff":
+        raise UsageError(f"--bad-if {text.strip()!r}: only rel-diff takes a floor (@F)")
+    try:
+        f = float(floor)
+    except ValueError:
+        raise UsageError(f"--bad-if {text.strip()!r}: floor {floor!r} is not a number") from None
+    on = [x for x in FLOORS if math.isclose(f, x, rel_tol=1e-9)]
+    if not on:
+        raise UsageError(f"--bad-if {text.strip()!r}: the floor is a power of ten from {FLOORS[0]:g} to 1 (a "
+                         "fraction of the output's largest |reference|; each probe keeps its relative difference "
+                         "at those, so a run can be judged again without probing)")
+    return None if on[0] == REL_FLOOR else on[0]
+
+
 def _condition(text: str) -> Condition:
-    m = re.fullmatch(r"\s*([a-z-]+)\s*(?:([<>])\s*([0-9.eE+-]+))?\s*", text)
+    m = re.fullmatch(r"\s*([a-z-]+)\s*(?:([<>])\s*([0-9.eE+-]+)(?:\s*@\s*([^\s@]*))?)?\s*", text)
     if not m or m.group(1) not in CONDITIONS:
         raise UsageError(f"--bad-if {text.strip()!r}: expected one of {', '.join(CONDITIONS)} "
-                         "(bounded ones as max-abs>1e4, cosine<0.999)")
-    kind, op, bound = m.groups()
+                         "(bounded ones as max-abs>1e4, cosine<0.999, rel-diff>1e-3@1e-5)")
+    kind, op, bound, floor = m.groups()
     if kind in BOUNDED and bound is None:
         want = "<" if kind in BELOW else ">"
         raise UsageError(f"--bad-if {kind} needs a bound, e.g. {kind}{want}{'0.999' if kind in BELOW else '1e-3'}")
@@ -105,9 +140,10 @@ def _condition(text: str) -> Condition:
         raise UsageError(f"--bad-if {text.strip()!r}: {kind} is bad {'below' if kind in BELOW else 'above'} "
                          f"its bound: {kind}{'<' if kind in BELOW else '>'}{bound}")
     try:
-        return Condition(kind, float(bound) if bound is not None else None)
+        value = float(bound) if bound is not None else None
     except ValueError:
         raise UsageError(f"--bad-if {text.strip()!r}: {bound!r} is not a number") from None
+    return Condition(kind, value, _floor(text, kind, floor) if floor is not None else None)
 
 
 def parse_predicate(text: str | tuple[str, ...] | list[str]) -> Predicate:
@@ -196,13 +232,28 @@ def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | None, str]:
         v = m.get("cosine_min")
         if v is None:
             return None, "no comparison with the reference"
-        return v < b, f"worst row's cosine {v:.6g}"
-    v = m.get("rel_diff_max")
+        return v < b, f"worst row's cosine {cosine_text(v)}"
     if "cosine_min" not in m:
         return None, "no comparison with the reference"
+    if m.get("nonfinite_rows"):
+        return True, f"{m.get('nonfinite_rows')} rows non-finite where the reference is finite"
+    if k == "abs-diff":
+        v = m.get("abs_diff_max")
+        if v is None:
+            return None, "compared before absolute differences were kept: probe again (--refresh)"
+        return v > b, f"max absolute difference {v:.3g}"
+    floors = m.get("rel_diff_floors")
+    if not isinstance(floors, dict):
+        # measured without a floor (before floors were kept): an upper bound, so it can only clear a probe
+        v = m.get("rel_diff_max")
+        if v is not None and v <= b:
+            return False, f"max relative difference {v:.3g} (without a floor)"
+        return None, "relative difference measured without a floor: probe again (--refresh)"
+    v = floors.get(floor_key(c.rel_floor))
     if v is None:
         return True, f"{m.get('nonfinite_rows')} rows non-finite where the reference is finite"
-    return v > b, f"max relative difference {v:.3g}"
+    at = "" if c.floor is None else f" (floor {c.floor:g})"
+    return v > b, f"max relative difference {v:.3g}{at}"
 
 
 def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None,

@@ -25,7 +25,7 @@ GRAPH_LEVELS = {
 EXEC_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
 
 DEFAULT_RESULTS_DIR = Path("results")
-DEFAULT_TRACE_BUDGET_MB = 256  # bytes of exposed tensors per trace pass, above the model's own memory
+DEFAULT_TRACE_BUDGET_MB = 256  # MiB of exposed tensors per trace pass, above the model's own memory
 
 
 def canonical_arch(name: str) -> str:

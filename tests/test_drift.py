@@ -115,10 +115,26 @@ def test_outputs_changed_compares_bits_with_the_previous_release_that_ran():
     assert (crashed.verdict, crashed.max_abs, crashed.headroom) == ("crash", None, None)
 
 
-def test_a_predicate_that_needs_a_reference_shows_the_status():
-    rows = drift.rows([headroom_record("1.19.0", 0.5), record("1.20.0", status="timeout")],
+def test_a_predicate_that_needs_a_reference_labels_verdicts_not_statuses():
+    rows = drift.rows([headroom_record("1.19.0", 0.5), record("1.20.0", status="timeout"),
+                       compared("1.21.0", near(1e-6)), compared("1.22.0", near(3e-2))],
                       parse_predicate("rel-diff>1e-3"))
-    assert [(r.verdict, r.status) for r in rows] == [("ran", "ran"), ("timeout", "timeout")]
+    assert [(r.verdict, r.status) for r in rows] == [("error", "ran"), ("timeout", "timeout"), ("good", "ran"),
+                                                     ("bad", "ran")]
+    assert rows[0].why == "no comparison with the reference"  # probed before the reference existed
+
+
+def test_a_number_that_was_never_measured_is_not_a_step():
+    before = headroom_record("1.19.0", 0.5, "same")  # probed before a reference existed: no cosine
+    made = drift.rows([before, compared("1.20.0", REFERENCE.copy(), "same")], parse_predicate("cosine<0.999"))
+    assert (made[0].cosine_min, made[1].cosine_min) == (None, pytest.approx(1.0))
+    assert not [s for s in drift.steps(made) if s.metric in ("cosine_min", "rel_diff_max")]
+    # a comparison made against another reference is no comparison with the run's
+    other = compared("1.21.0", near(3e-2))
+    other["metrics"]["reference"] = "another"
+    made = drift.rows([compared("1.20.0", REFERENCE.copy()), other], parse_predicate("cosine<0.999"), "fp32")
+    assert made[1].cosine_min is None and made[1].verdict == "error"
+    assert not [s for s in drift.steps(made) if s.metric == "cosine_min"]
 
 
 def test_the_run_predicate_judges_the_rows():

@@ -277,9 +277,30 @@ def test_a_pair_diverges_on_bad_rows_or_on_a_finite_row_far_from_the_first():
     assert got["diverges"] and got["why"] == "NaN rows 0 vs 1" and got["cosine_min_finite"] == pytest.approx(1.0)
     turned = {"y": np.array([[2, -1], [np.nan, 1], [3, 4]], np.float32)}
     got = _against(same, turned, first, first_out, 0.999)
-    assert got["diverges"] and got["why"].startswith("worst cosine 0 < 0.999")
+    assert got["diverges"] and got["why"].startswith("worst cosine 0.00000000 < 0.999")
     skipped = _against({"status": "skip", "reason": "fell back"}, None, first, first_out, 0.999)
     assert skipped == {"diverges": None, "why": "not compared: fell back"}
+    near = {"y": np.array([[1, 2.001], [np.nan, 1], [3, 4]], np.float32)}
+    assert _against(same, near, first, first_out, 0.999)["abs_diff_max"] == pytest.approx(1e-3, rel=1e-3)
+
+
+@pytest.mark.parametrize("status", ["error", "crash", "timeout"])
+def test_a_pair_that_fails_to_load_or_run_diverges_from_one_that_ran(status):
+    from harness.triage.compare import sentence
+
+    first_out = {"y": np.ones((2, 2), np.float32)}
+    first = {"status": "ran", "label": "onnxruntime:cpu", "nan_rows": 0, "inf_rows": 0, "zero_rows": 0}
+    failed = {"status": status, "label": "onnxruntime-openvino:openvino", "reason": "Load model failed: no kernel"}
+    got = _against(failed, None, first, first_out, 0.999)
+    assert got["diverges"] is True and got["why"] == f"{status} where onnxruntime:cpu ran: Load model failed: no kernel"
+    doc = {"version": "1.24.1", "reference_pair": "onnxruntime:cpu", "diverging": [failed["label"]],
+           "pairs": [first, {**failed, **got}]}
+    assert "every pair compared agrees" not in sentence(doc) and "Load model failed" in sentence(doc)
+    # the other way round: the first fails, a later pair runs
+    back = _against({**first, "label": "b"}, first_out, {**failed, "label": "a"}, None, 0.999)
+    assert back["diverges"] is True and back["why"] == f"ran where a did not ({status}: Load model failed: no kernel)"
+    both = _against({**failed, "label": "b"}, None, {**failed, "label": "a"}, None, 0.999)
+    assert both["diverges"] is None  # both fail: nothing to compare
 
 
 def test_the_commit_of_each_build_is_in_the_run_document(tmp_path):

@@ -284,3 +284,48 @@ def test_a_models_facts_are_read_once_and_again_when_the_file_changes(tmp_path, 
     for memo in (cache / "model-facts").glob("*.json"):
         memo.write_text("{not json")
     assert models.model_facts(path, cache).inputs[0].dims == ("batch", 16) and len(reads) == 2
+
+
+def _image_model(x_dims, s_dims):
+    """Two inputs, as exporters write them: x an image, s a second input sharing some of its dim names."""
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, x_dims)
+    s = helper.make_tensor_value_info("s", TensorProto.FLOAT, s_dims)
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["y"], keepdims=0)], "g", [x, s], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)  # 1.19 reads 10 at most
+
+
+def test_a_question_mark_or_blank_dim_name_binds_no_size_between_inputs(tmp_path):
+    from harness.models.inputs import check_inputs
+    from harness.models.registry import facts_of
+
+    # paddle2onnx names H and W of an image both `?`; a blank name says nothing either
+    facts = facts_of(_image_model(["batch", 3, "?", "?"], ["batch", " ", "?"]))
+    arrays = {"x": np.zeros((2, 3, 192, 48), np.float32), "s": np.zeros((2, 7, 5), np.float32)}
+    warned: list[str] = []
+    assert check_inputs(facts, arrays, "--inputs b.npz", warned) == {"batch": 2}
+    assert warned == []
+    # the ordinary run of such a model gets as far as its probes inputs
+    path = builders.save(_image_model(["batch", 3, "?", "?"], ["batch", " ", "?"]), tmp_path / "ocr.onnx")
+    np.savez(tmp_path / "b.npz", **arrays)
+    spec = request.SearchSpec(model=str(path), from_="1.19.0", to="1.19.0", inputs=tmp_path / "b.npz",
+                              cache_dir=tmp_path / "cache", offline=True)
+    assert request._model_and_batch(spec).warnings == ()
+
+
+def test_a_shared_symbolic_name_of_two_sizes_warns_as_onnxruntime_runs_it():
+    """onnxruntime 1.19.0 and 1.30.0 run this model on this batch (h=192 in x, h=96 in s) without a word."""
+    from harness.models.inputs import check_inputs
+    from harness.models.registry import facts_of
+
+    facts = facts_of(_image_model(["batch", 3, "h", "w"], ["batch", "h", 4]))
+    arrays = {"x": np.zeros((2, 3, 192, 48), np.float32), "s": np.zeros((2, 96, 4), np.float32)}
+    warned: list[str] = []
+    assert check_inputs(facts, arrays, "--inputs b.npz", warned) == {"batch": 2, "w": 48}  # h has no one size
+    assert warned == ["--inputs b.npz: input s has h=96 but input x has h=192: onnxruntime runs such a batch, "
+                      "so it is run as it is"]
+    with pytest.raises(UsageError, match="input x: shape"):  # a static dim is still held
+        check_inputs(facts_of(_image_model([2, 3, "h", "w"], ["batch", "h", 4])),
+                     {**arrays, "x": np.zeros((3, 3, 192, 48), np.float32)})

@@ -73,6 +73,30 @@ def test_sweep_lists_every_transition(tmp_path):
     assert doc["monotone"] is False
 
 
+def test_a_fix_shaped_sweep_says_fixed_and_finds_no_regression(tmp_path):
+    from harness.summary import EXIT_NO_BOUNDARY, exit_status
+
+    versions = ("1.25.0", "1.26.0", "1.27.0", "1.28.0")
+    outcomes = {v: ran(nan_rows=2) for v in versions[:3]} | {"1.28.0": ran(nan_rows=0)}  # bad, bad, bad, good
+    doc = run_search(plan_for(tmp_path, outcomes, versions), sweep=True).doc
+    assert doc["message"].startswith("bad until 1.27.0, good from 1.28.0: fixed at 1.28.0 (4 probes out of 4 releases).")
+    assert "Last good" not in doc["message"] and "no regression in this range" in doc["message"]
+    assert (doc["last_good"], doc["first_bad"], doc["status"]) == (None, None, "wrong_direction")
+    assert exit_status(doc) == EXIT_NO_BOUNDARY
+
+
+def test_a_sweep_names_its_first_regression_among_its_transitions(tmp_path):
+    from harness.summary import EXIT_FOUND, exit_status
+
+    outcomes = {v: ran(nan_rows=2) for v in VERSIONS}
+    outcomes["1.20.0"] = outcomes["1.20.1"] = ran(nan_rows=0)  # bad, fixed at 1.20.0, broken again at 1.21.0
+    doc = run_search(plan_for(tmp_path, outcomes), sweep=True).doc
+    assert doc["message"].startswith("bad until 1.19.2, good from 1.20.0 to 1.20.1, bad from 1.21.0: "
+                                     "fixed at 1.20.0, broken at 1.21.0 (8 probes out of 8 releases). Last good: 1.20.1, "
+                                     "first bad: 1.21.0")
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.1", "1.21.0") and exit_status(doc) == EXIT_FOUND
+
+
 def test_skips_and_crashes_are_stepped_around(tmp_path):
     outcomes = regression_at("1.21.0")
     outcomes["1.20.1"] = SKIP

@@ -431,3 +431,28 @@ def test_headroom_chart(tmp_path):
         "/model/norm/SimplifiedLayerNormalization": ("y", 0, 1.0, "seen", 16)})
     out = headroom_chart([a], tmp_path / "h.svg")
     assert out.read_text().lstrip().startswith("<?xml")
+
+
+def test_diff_of_a_release_that_does_not_load_shows_its_error():
+    stats = {"/model/layers.0/Add": ("/model/layers.0/Add_output_0", 0, 1.0, "seen", 0),
+             "/model/layers.1/Add": ("/model/layers.1/Add_output_0", 0, 1.0, "seen", 0),
+             "/model/norm/SimplifiedLayerNormalization": ("y", 0, 1.0, "seen", 0)}
+    a = _trace("1.19.2", "good", 0, ["fp16"] * 3, stats)
+    b = _trace("1.20.0", "error", 0, ["fp16"] * 3, stats)
+    # what a trace of a release that cannot load holds: its nodes, no precision map, no tensor it could expose
+    b.status, b.reason, b.precision, b.rows = "error", "[ONNXRuntimeError] : 1 : FAIL : Load model failed", {}, 0
+    for n in b.nodes:
+        for t in n.outputs:
+            t.source = "unavailable"
+    d = diff(a, b)
+    assert d.precision_changes == [] and d.suspect is None
+    assert d.failed == [{"version": "1.20.0", "status": "error", "reason": b.reason}]
+    assert "1.20.0 does not run the model (error): [ONNXRuntimeError] : 1 : FAIL : Load model failed" in d.explanation
+    from rich.console import Console
+
+    console = Console(width=160, record=True)
+    console.print(diff_table(d))
+    text = console.export_text()
+    assert "Load model failed" in text and "unknown precision" not in text
+    both = diff(b, b)
+    assert "Neither release runs the model" in both.explanation

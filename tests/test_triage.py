@@ -135,3 +135,25 @@ def test_options_matrix_first_bad_aarch64(bisect, residual_overflow, tmp_path):
     assert kleidi and {c["verdict"] for c in kleidi} == {"n/a"}
     assert "mlas.disable_kleidiai" in kleidi[0]["why"]
     assert doc["provenance"]["cpu"] == "neoverse-n1"
+
+
+def test_an_options_row_that_errors_shows_its_error_not_its_empty_rows():
+    from rich.console import Console
+
+    from harness.report.terminal import options_table
+
+    combo = {"level": "all", "mode": "sequential", "threads": "1", "switch": "-"}
+    doc = {"version": "1.24.1", "provenance": {"arch": "x86_64"}, "combos": [
+        {**combo, "verdict": "bad", "status": "error", "why": "Load model failed: no kernel", "nan_rows": 0, "rows": 0},
+        {**combo, "level": "basic", "verdict": "bad", "status": "ran", "why": "2 NaN rows", "nan_rows": 2, "rows": 4}]}
+    console = Console(width=200, record=True)
+    console.print(options_table(doc))
+    text = console.export_text()
+    assert "Load model failed: no kernel" in text and "0 NaN rows of 0" not in text and "2 NaN rows of 4" in text
+
+
+def test_the_trace_budget_is_in_megabytes():
+    import inproc
+
+    r = inproc.run("trace", "--help")
+    assert "Megabytes (MiB) of exposed tensors per pass" in " ".join(r.stdout.split())

@@ -38,7 +38,8 @@ def test_comparison_metrics():
     ref = np.array([[1.0, 0.0], [0.0, 2.0]], np.float32)
     c = compare(ref + np.float32(1e-3), ref)
     assert c["cosine_min"] > 0.999 and c["max_abs_diff"] == pytest.approx(1e-3, abs=1e-6)
-    assert c["rel_diff_max"] == pytest.approx(1e-3 / 1e-38, rel=0.5) or c["rel_diff_max"] > 1  # 0 in the reference
+    # 0 in the reference: judged against the floor, 1e-3 of the output's largest |r| (2)
+    assert c["rel_diff_max"] == pytest.approx(1e-3 / 2e-3, rel=1e-3) and c["abs_diff_max"] == pytest.approx(1e-3, abs=1e-6)
     c = compare(np.array([[1.0, 2.02]], np.float32), np.array([[1.0, 2.0]], np.float32))
     assert c["rel_diff_max"] == pytest.approx(0.01, rel=1e-3) and c["nonfinite_rows"] == 0
     c = compare(np.array([[np.nan, 2.0], [1.0, 0.0]], np.float32), ref)
@@ -107,7 +108,9 @@ def test_several_bad_ifs_are_one_predicate_bad_if_any_holds():
 
 
 @pytest.mark.parametrize("text", ["nan>1", "max-abs", "rel-diff", "sometimes", "max-abs>x", "cosine>0.9",
-                                  "max-abs<3", "error>1", "cosine", ""])
+                                  "max-abs<3", "error>1", "cosine", "", "abs-diff", "abs-diff<1",
+                                  "rel-diff>1e-3@", "rel-diff>1e-3@x", "rel-diff>1e-3@2e-5", "rel-diff>1e-3@1e-12",
+                                  "cosine<0.9@1e-5", "abs-diff>1@1e-3", "rel-diff@1e-5", "rel-diff>1e-3@1e-5@1e-4"])
 def test_bad_predicates(text):
     with pytest.raises(UsageError):
         parse_predicate(text)
@@ -138,3 +141,72 @@ def test_rows_summary_of_a_record_made_before_the_union_is_a_lower_bound_never_a
     s = rows_summary(result)
     assert (s["nan_rows"], s["inf_rows"], s["nonfinite_rows"], s["zero_rows"]) == (7, 3, 7, 2)
     assert rows_summary(None)["nan_rows"] == 0
+
+
+def softmax_pair():
+    """An fp32 softmax over wide logits (exact zeros and tiny values in the reference) and the same outputs one
+    ulp away: every value one ulp up, and a few exact zeros turned into one ulp of 1.0 (2**-23), as a
+    probability computed through 1 - p reads on another build."""
+    rng = np.random.default_rng(0)
+    logits = rng.normal(0, 40, (8, 64)).astype(np.float32)
+    e = np.exp(logits - logits.max(axis=1, keepdims=True))
+    ref = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    assert (ref == 0).any() and ((ref > 0) & (ref < 1e-30)).any()
+    out = np.nextafter(ref, np.float32(np.inf))
+    zeros = np.argwhere(ref == 0)[:3]
+    out[tuple(zeros.T)] = np.float32(2.0 ** -23)
+    return out, ref
+
+
+def test_a_one_ulp_change_of_a_softmax_is_not_a_large_relative_difference():
+    out, ref = softmax_pair()
+    c = compare(out, ref)
+    assert c["rel_diff_max"] < 1e-3  # was 1.0e+31: 2**-23 over float32's tiny
+    assert c["abs_diff_max"] == pytest.approx(2.0 ** -23)
+    judged = judge(record_with(out), parse_predicate("rel-diff>1e-3"), {"y": ref}, {"y": out}, "ref")
+    assert judged["verdict"] == "good", judged["why"]
+    # a real change of one probability is still one
+    worse = ref.copy()
+    worse[0, np.argmax(ref[0])] *= 0.99
+    assert judge(record_with(worse), parse_predicate("rel-diff>1e-3"), {"y": ref}, {"y": worse}, "ref")["verdict"] == "bad"
+
+
+def test_the_floor_is_settable_and_a_stored_probe_is_judged_again_under_another():
+    out, ref = softmax_pair()
+    rec = record_with(out)
+    rec["metrics"] = judge(rec, parse_predicate("rel-diff>1e-3"), {"y": ref}, {"y": out}, "ref")["metrics"]
+    low = parse_predicate("rel-diff>1e-3@1e-9")
+    assert str(low) == "rel-diff>0.001@1e-09" and parse_predicate(str(low)) == low
+    assert parse_predicate("rel-diff>1e-3@1e-3") == parse_predicate("rel-diff>1e-3")  # the default floor
+    judged = judge(rec, low)  # from the stored metrics: no reference at hand
+    assert judged["verdict"] == "bad" and "floor 1e-09" in judged["why"]
+    assert judge(rec, parse_predicate("rel-diff>1e-3"))["verdict"] == "good"
+    assert "1e-09 of the output's largest |r|" in low.words()
+
+
+def test_abs_diff_needs_a_reference_and_judges_the_largest_difference():
+    out, ref = softmax_pair()
+    p = parse_predicate("abs-diff>1e-6")
+    assert p.needs_reference and str(p) == "abs-diff>1e-06"
+    assert judge(record_with(out), p, {"y": ref}, {"y": out}, "ref")["verdict"] == "good"
+    assert judge(record_with(out), parse_predicate("abs-diff>1e-8"), {"y": ref}, {"y": out}, "ref")["verdict"] == "bad"
+    assert judge(record_with(out), p)["verdict"] == "error"  # no comparison made
+    nan = out.copy()
+    nan[1, 1] = np.nan
+    judged = judge(record_with(nan), p, {"y": ref}, {"y": nan}, "ref")
+    assert judged["verdict"] == "bad" and judged["metrics"]["abs_diff_max"] == pytest.approx(2.0 ** -23)
+
+
+def test_a_probe_measured_without_a_floor_is_cleared_only_by_its_upper_bound():
+    rec = record_with(np.ones((1, 1)))
+    rec["metrics"] = {"outputs": {}, "reference": "ref", "cosine_min": 1.0, "rel_diff_max": 1e31, "nonfinite_rows": 0}
+    assert judge(rec, parse_predicate("rel-diff>1e-3"))["verdict"] == "error"
+    rec["metrics"]["rel_diff_max"] = 1e-5
+    assert judge(rec, parse_predicate("rel-diff>1e-3"))["verdict"] == "good"
+
+
+def test_cosine_reads_the_same_everywhere():
+    from harness.metrics import cosine_text
+
+    assert cosine_text(0.9999995) == "0.99999950"
+    assert cosine_text(1 - 4e-10) == "1-4.0e-10" and cosine_text(1.0) == "1.00000000" and cosine_text(None) == "-"

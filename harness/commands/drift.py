@@ -49,7 +49,8 @@ def command(run, results_dir, threshold, chart, as_json):
     except UsageError:
         raise UsageError(f"{run}: the run's predicate {text!r} is not one bisect knows") from None
     store = RunStore(run_dir)
-    rows = drift.rows(store.records(), predicate)
+    ref = manifest.get("reference") if isinstance(manifest.get("reference"), dict) else {}
+    rows = drift.rows(store.records(), predicate, ref.get("id"))
     if not rows:
         raise UsageError(f"{run}: no probes of the run's own search recorded; nothing to follow")
     steps = drift.steps(rows, threshold)

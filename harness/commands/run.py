@@ -91,6 +91,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
     strategy = opts.get("rows", "all")
     fewrows.check(opts.get("mode", "regression"), sweep, strategy)
     plan = make_plan(spec, log=log_to_stderr)
+    for warning in plan.probe_inputs.warnings:
+        err.print(f"warning: {escape(warning)}")
     with ProbeLines(err) as progress:
         try:
             if strategy == "fewest":

@@ -23,7 +23,7 @@ trace_options = compose(
     results_dir_option,
     click.option("--timeout", type=FiniteFloatRange(min=1), default=600.0, show_default=True, help="Seconds per pass."),
     click.option("--budget-mb", type=click.IntRange(min=1), default=DEFAULT_TRACE_BUDGET_MB, show_default=True,
-                 help="Bytes of exposed tensors per pass: bounds the worker's memory above the model's own."),
+                 help="Megabytes (MiB) of exposed tensors per pass: bounds the worker's memory above the model's own."),
     click.option("--refresh", is_flag=True, help="Trace again even if the run already holds a trace."),
     json_option,
 )

@@ -87,10 +87,12 @@ def explanation(plan, lo: str, hi: str, *, refresh: bool = False, log=_quiet) ->
 
 def explain_search(found, log=_quiet) -> dict | None:
     """Explain a search's boundary pair (`run --explain`) into its run document, kept again in the store."""
-    doc, step = found.doc, found.outcome.step
+    doc = found.doc
     if doc["status"] != "found":
         return None
-    lo, hi = found.plan.releases[step.lo].version, found.plan.releases[step.hi].version
+    # the document's pair: a sweep's is its first transition the mode's way, which need not be its first
+    old, new = ("bad", "good") if doc["mode"] == "fix" else ("good", "bad")
+    lo, hi = doc[f"last_{old}"], doc[f"first_{new}"]
     doc["explanation"] = explanation(found.plan, lo, hi, log=log)
     found.plan.store.save_summary(doc["cell"]["key"], doc)
     return doc["explanation"]

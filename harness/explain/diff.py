@@ -30,6 +30,7 @@ class DiffResult:
     precision_changes: list[dict] = field(default_factory=list)
     suspect: str | None = None  # node the explanation names as most likely cause
     explanation: str = ""
+    failed: list[dict] = field(default_factory=list)  # a release that does not run the model: version, status, reason
 
 
 def _rel(x, y) -> float:
@@ -81,6 +82,12 @@ def _tensor_doc(t: TensorStat | None) -> dict | None:
 def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
     """Line up two traces by node name and say where and why they part."""
     res = DiffResult(a.version, b.version, a.verdict, b.verdict, a.nan_rows, b.nan_rows, max(a.rows, b.rows))
+    res.failed = [{"version": t.version, "status": t.status, "reason": t.reason} for t in (a, b) if t.status != "ran"]
+    if res.failed:
+        # a release that cannot run the model has no precision map and no tensors: its failure is the
+        # difference (node by node, every node of the other would read "in an unknown precision")
+        res.explanation = _failure(a, b)
+        return res
     b_nodes = {n.name: n for n in b.nodes}
     for na in a.nodes:
         nb = b_nodes.get(na.name)
@@ -110,6 +117,18 @@ def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
                                           "a": _prec_doc(pa), "b": _prec_doc(pb)})
     res.suspect, res.explanation = _explain(a, b, res)
     return res
+
+
+def _failure(a: TraceResult, b: TraceResult) -> str:
+    """The difference when one release (or both) does not run the model: its status and message."""
+    def failed(t: TraceResult) -> str:
+        return f"{t.version} does not run the model ({t.status}): {str(t.reason).rstrip('.')}"
+
+    if a.status != "ran" and b.status != "ran":
+        return f"Neither release runs the model, so nothing is compared node by node. {failed(a)}. {failed(b)}."
+    bad, ran = (a, b) if a.status != "ran" else (b, a)
+    return (f"{failed(bad)}. {ran.version} runs it: {ran.verdict} ({ran.nan_rows} NaN rows of {ran.rows}). "
+            "That failure is the difference; nothing is compared node by node.")
 
 
 def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | None, str]:

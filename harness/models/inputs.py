@@ -43,11 +43,20 @@ def _spell(dims: list) -> str:
     return "(" + ", ".join("?" if d is None else str(d) for d in dims) + ")"
 
 
-def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the batch") -> dict[str, int]:
+def _names_a_size(dim: str) -> bool:
+    """Whether a symbolic dim's name says one size: `?` and a blank name are exporters' way of saying
+    "unknown" (paddle2onnx names both H and W of an image `?`), and onnxruntime binds nothing by them."""
+    return dim.strip() not in ("", "?")
+
+
+def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the batch",
+                 warnings: list[str] | None = None) -> dict[str, int]:
     """The arrays against the model's graph inputs: names, element types, ranks, static dims, rows.
 
     `source` says where the arrays came from (`--inputs batch.npz`). Returns
-    the size of each symbolic dim (batch=20, ...), the same in every input that names it.
+    the size of each symbolic dim (batch=20, ...) that is the same in every
+    input that names it. A name given two sizes is appended to `warnings`, not
+    refused: onnxruntime does not hold a batch to its symbolic names, and runs it.
     """
     wanted = {p.name: p for p in facts.inputs}
     missing = sorted(set(wanted) - set(arrays))
@@ -58,6 +67,7 @@ def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the
             f"(model inputs: {sorted(wanted)})"
         )
     bound: dict[str, tuple[int, str]] = {}
+    split: set[str] = set()  # names given two sizes: no size of theirs is returned
     for name, port in wanted.items():
         got = arrays[name]
         expected = np.dtype(port.dtype) if port.dtype else None  # None: a type numpy has no name for
@@ -71,11 +81,14 @@ def check_inputs(facts: Facts, arrays: dict[str, np.ndarray], source: str = "the
         for d, n in zip(dims or [], got.shape):
             if isinstance(d, int) and d > 0 and d != n:
                 raise UsageError(f"{source}: input {name}: shape {got.shape}, the model expects {_spell(dims)}")
-            if isinstance(d, str):
-                if d in bound and bound[d][0] != n:
-                    raise UsageError(f"{source}: input {name} has {d}={n} but input {bound[d][1]} has {d}={bound[d][0]}")
+            if isinstance(d, str) and _names_a_size(d):
+                if d in bound and bound[d][0] != n and d not in split:
+                    split.add(d)
+                    if warnings is not None:
+                        warnings.append(f"{source}: input {name} has {d}={n} but input {bound[d][1]} has "
+                                        f"{d}={bound[d][0]}: onnxruntime runs such a batch, so it is run as it is")
                 bound.setdefault(d, (n, name))
-    return {d: n for d, (n, _) in bound.items()}
+    return {d: n for d, (n, _) in bound.items() if d not in split}
 
 
 def check_reference(facts: Facts, sizes: dict[str, int], reference: dict[str, np.ndarray],

@@ -46,6 +46,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from harness.errors import HarnessError, UsageError
+from harness.metrics import cosine_text
 from harness.report.overview import (
     Changes,
     Row,
@@ -306,7 +307,7 @@ def _margins_html(r: Row, versions: list[str]) -> str:
         finite = [x for x in dist.values() if math.isfinite(x)]
         last = cos[max(cos, key=vkey)]
         out.append(f'<br>{sparkline(versions, dist, "1 - worst cosine to the reference", max([1e-6, *finite]))} '
-                   f'<span title="worst cosine of the newest release">cos {e(_fmt(last, 6))}</span>')
+                   f'<span title="worst cosine of the newest release">cos {e(cosine_text(last) if math.isfinite(last) else _fmt(last))}</span>')
     return "".join(out) or '<span class="note">no numbers</span>'
 
 

@@ -12,7 +12,9 @@ relative threshold between consecutive releases that ran:
   difference: |b - a| > max(threshold * max(a, b), ABS_FLOOR), so noise at
   1e-7 from a perfect match is not a step;
 * any of them becoming None or non-finite (or finite again), and a verdict
-  that changes between consecutive releases (whatever their status).
+  that changes between consecutive releases (whatever their status); a
+  number that was never measured (a probe made before the reference existed
+  has no cosine) is missing, not a step.
 
 Releases that did not run (skip, error, crash, timeout, ...) carry no numbers:
 the numbers of the release that ran before them are compared with those of
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.metrics import of_record
+from harness.metrics import cosine_text, of_record
 from harness.releases.versions import parse_version
 from harness.results.history import latest_by_version
 from harness.verdicts import Predicate, judge
@@ -50,6 +52,7 @@ class Row:
     rel_diff_max: float | None
     outputs_changed: bool | None  # bits differ from the previous release that ran; None: nothing to compare
     digests: tuple[str, ...] = ()  # the outputs' sha256, in output order (not in `doc`)
+    compared: bool = False  # compared with the run's reference: its cosine and differences exist (not in `doc`)
 
     @property
     def ran(self) -> bool:
@@ -58,6 +61,7 @@ class Row:
     def doc(self) -> dict:
         d = asdict(self)
         d.pop("digests")
+        d.pop("compared")
         return d
 
 
@@ -94,11 +98,16 @@ def _digests(record: dict) -> tuple[str, ...]:
     return tuple(str(o.get("sha256")) for o in outs if isinstance(o, dict))
 
 
-def rows(records: list[dict], predicate: Predicate) -> list[Row]:
+COMPARED = ("cosine_min", "rel_diff_max", "rel_diff_floors", "abs_diff_max", "nonfinite_rows")
+
+
+def rows(records: list[dict], predicate: Predicate, reference_id: str | None = None) -> list[Row]:
     """One row per release: its newest own record, judged under `predicate`, oldest release first.
 
-    A predicate that compares with a reference file cannot judge here (the
-    saved outputs are not read): the row's verdict is then the probe's status.
+    A predicate that compares with a reference judges from the comparison each
+    probe stored (the saved outputs are not read); where `reference_id` names
+    the run's reference, a comparison made against another one is left out, so
+    that probe cannot be judged (its verdict says so) and shows no cosine.
     """
     newest = latest_by_version(own_records(records))
     made: list[Row] = []
@@ -106,12 +115,12 @@ def rows(records: list[dict], predicate: Predicate) -> list[Row]:
     for version in sorted(newest, key=parse_version):
         rec = newest[version]
         status = str(rec.get("status"))
-        if predicate.needs_reference:
-            verdict, why = status, str(rec.get("reason") or status)
-        else:
-            j = judge(rec, predicate)
-            verdict, why = j["verdict"], str(j["why"])
         m = of_record(rec) if status == "ran" else {}
+        if reference_id is not None and m.get("reference") not in (None, reference_id):
+            m = {k: v for k, v in m.items() if k not in COMPARED and k != "reference"}
+            rec = {**rec, "metrics": m}
+        j = judge(rec, predicate)  # a verdict, never a status: "ran" is no verdict
+        verdict, why = j["verdict"], str(j["why"])
         digests = _digests(rec) if status == "ran" else ()
         changed = None
         if digests and previous:
@@ -119,7 +128,8 @@ def rows(records: list[dict], predicate: Predicate) -> list[Row]:
         if digests:
             previous = digests
         made.append(Row(version, status, verdict, why, _finite(m.get("max_abs")), _finite(m.get("headroom")),
-                        _finite(m.get("cosine_min")), _finite(m.get("rel_diff_max")), changed, digests))
+                        _finite(m.get("cosine_min")), _finite(m.get("rel_diff_max")), changed, digests,
+                        "cosine_min" in m))
     return made
 
 
@@ -149,7 +159,7 @@ def _change_words(change: float | None) -> str:
 def _value(metric: str, x: float | None) -> str:
     if x is None:
         return "none"
-    return {"max_abs": f"{x:.5g}", "headroom": f"{x:.3g}", "cosine_min": f"{x:.7g}",
+    return {"max_abs": f"{x:.5g}", "headroom": f"{x:.3g}", "cosine_min": cosine_text(x),
             "rel_diff_max": f"{x:.3g}"}[metric]
 
 
@@ -158,6 +168,8 @@ def _metric_step(metric: str, a: Row, b: Row, threshold: float) -> Step | None:
     between = f"between {a.version} and {b.version}"
     if x is None and y is None:
         return None
+    if metric in COMPARED and not (a.compared and b.compared):
+        return None  # measured on one side only: a missing number is no step
     if x is None or y is None:
         return Step(metric, a.version, b.version, x, y, None,
                     f"{LABELS[metric]} {_value(metric, x)} -> {_value(metric, y)} {between}")

@@ -15,6 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from harness.metrics import cosine_text
 from harness.report.escape import printable
 from harness.summary import target_label
 
@@ -83,7 +84,10 @@ class ProbeLines:
                                f"{plain(record.get('why') or '')} ({how})")
 
 
-def _number(v, fmt: str) -> str:
+def _number(v, fmt) -> str:
+    """`v` in `fmt`: a format spec, or "cosine" (metrics.cosine_text: one cosine reads the same everywhere)."""
+    if fmt == "cosine":
+        return cosine_text(v)
     return "-" if v is None else format(v, fmt)
 
 
@@ -93,7 +97,8 @@ def run_table(doc: dict) -> Table:
     t = Table(title=f"{plain(prov.get('package') or 'onnxruntime')} probes · {_target(prov)}", title_justify="left")
     commits = any(p.get("commit") for p in doc["probes"])
     metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
-                                                             ("cosine_min", "worst cosine", ".6f"))
+                                                             ("cosine_min", "worst cosine", "cosine"),
+                                                             ("abs_diff_max", "max |diff|", ".3g"))
                    if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
                       ("rows", "right"), *((title, "right") for _, title, _ in metric_cols), ("seconds", "right"),
@@ -119,7 +124,7 @@ def compare_table(doc: dict) -> Table:
               title_justify="left")
     for col, just in (("package:ep", "left"), ("ran on", "left"), ("commit", "left"), ("NaN rows", "right"),
                       ("Inf rows", "right"), ("zero rows", "right"), ("max |x|", "right"),
-                      ("worst cosine vs first", "right"), ("", "left")):
+                      ("worst cosine vs first", "right"), ("max |diff| vs first", "right"), ("", "left")):
         t.add_column(col, justify=just, overflow="fold")
     for i, r in enumerate(doc["pairs"]):
         used = ", ".join(p.removesuffix("ExecutionProvider") for p in (r.get("providers") or {}).get("used") or [])
@@ -134,7 +139,8 @@ def compare_table(doc: dict) -> Table:
         cos = r.get("cosine_min_finite") if r.get("cosine_min_finite") is not None else r.get("cosine_min")
         t.add_row(plain(r["label"]), plain(used or "-"), plain(r.get("commit") or "-"), _number(r.get("nan_rows"), "d"),
                   _number(r.get("inf_rows"), "d"), _number(r.get("zero_rows"), "d"), _number(r.get("max_abs"), ".5g"),
-                  "" if i == 0 else _number(cos, ".6f"), note)
+                  "" if i == 0 else _number(cos, "cosine"), "" if i == 0 else _number(r.get("abs_diff_max"), ".3g"),
+                  note)
     return t
 
 
@@ -184,7 +190,9 @@ def options_table(doc: dict) -> Table:
         t.add_column(col)
     for c in doc["combos"]:
         note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
-        if c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
+        if c.get("status") not in (None, "ran"):
+            note = c.get("why") or c["status"]  # bad by --bad-if error: its message, not "0 NaN rows of 0"
+        elif c["verdict"] in ("good", "bad") and c.get("nan_rows") is not None:
             note = f"{c['nan_rows']} NaN rows of {c['rows']}"
         t.add_row(*(plain(c[k]) for k in ("level", "mode", "threads", "switch")), verdict(c["verdict"]), plain(note))
     return t
@@ -198,7 +206,7 @@ def mitigation_table(doc: dict) -> Table:
     for row in doc["releases"]:
         d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
         cells = [plain(row["version"]), *(verdict(row[key]) for key in ("original", "patched", "reference"))]
-        cells.append(f"{d['cosine_min']:.8f}" if d.get("cosine_min") is not None else "-")
+        cells.append(cosine_text(d.get("cosine_min")))
         cells.append(f"{d['max_abs_diff']:.3g}" if d.get("max_abs_diff") is not None else "-")
         t.add_row(*cells)
     return t
@@ -275,6 +283,8 @@ def diff_table(result: DiffResult) -> Group:
         t.add_column(col, overflow="fold")
     for c in result.precision_changes:
         t.add_row(plain(c["node"]), plain(c["op_type"]), plain(describe(c["a"])), plain(describe(c["b"])))
+    if result.failed:  # the failure is the difference: no node table
+        return Group(Text("\n".join(map(printable, str(result.explanation).split("\n")))))
     lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
              f"({result.b_nan_rows} NaN rows of {result.rows})"]
     for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
@@ -300,13 +310,13 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
 
     def cell(row, metric: str, spec: str) -> str:
         x = getattr(row, metric)
-        text = "-" if x is None else format(x, spec)
+        text = _number(x, spec)
         return f"[yellow]{text}[/]" if (row.version, metric) in stepped else text
 
     for r in rows:
         changed = {None: "-", True: "yes", False: "no"}[r.outputs_changed]
         t.add_row(plain(r.version), verdict(r.verdict),
-                  cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", ".8f"),
+                  cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", "cosine"),
                   cell(r, "rel_diff_max", ".3g"), changed)
     return t
 

@@ -4,10 +4,12 @@ Each pair is probed as its own run (the run of that package and provider,
 kept in the results directory like any other, so a pair probed before is
 reused), on the same model, batch, release and target. Per pair: NaN, Inf
 and all-zero rows, max |x|, and the worst row's cosine with the first pair's
-outputs. A pair *diverges* from the first when its bad-row counts differ or,
-over the rows finite in both, a row's cosine is below the bound. A pair
-whose probe did not run on its provider (a fallback is a skip) is not
-compared, and says why.
+outputs, and the largest |difference| over the values finite in both. A pair
+*diverges* from the first when one fails to load or run (error, crash,
+timeout) and the other ran, when its bad-row counts differ or, over the rows
+finite in both, a row's cosine is below the bound. A pair whose probe did not
+run on its provider (a fallback is a skip), or that fails as the first does,
+is not compared, and says why.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from harness.errors import UsageError
 from harness.metrics import compare as compare_arrays
+from harness.metrics import cosine_text
 from harness.plan import make_plan
 from harness.releases.packages import Package, parse_build_info
 from harness.request import SearchSpec
@@ -29,6 +32,7 @@ from harness.verdicts import rows_summary
 
 PAIR = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_-]+)")
 DEFAULT_COSINE = 0.999
+FAILED = ("error", "crash", "timeout")  # the release cannot run the model with that pair: a difference in itself
 
 
 def parse_pair(text: str, base: Package) -> Package:
@@ -76,7 +80,8 @@ def compare(spec: SearchSpec, version: str, packages: list[Package], cosine: flo
     first_row = pairs[0]
     if first_row["status"] != "ran":
         for row in pairs[1:]:
-            row.update(diverges=None, why=f"not compared: {first_row['label']} did not run")
+            if not row.get("diverges"):  # one that ran where the first failed diverges already
+                row.update(diverges=None, why=f"not compared: {first_row['label']} did not run")
     diverging = [r["label"] for r in pairs[1:] if r.get("diverges")]
     doc = {"version": version, "model": specs[0].model, "cosine_bound": cosine, "pairs": pairs,
            "reference_pair": first_row["label"], "diverging": diverging,
@@ -97,16 +102,20 @@ def _row(package: Package, rec: dict, run_id: str) -> dict:
             "zero_rows": s["zero_rows"] if ran else None, "rows": s["rows"] if ran else None,
             "max_abs": s["max_abs"] if ran else None, "providers": rec.get("providers"),
             "commit": build["commit"], "branch": build["branch"], "run_id": run_id,
-            "provenance": rec.get("provenance"), "cosine_min": None, "cosine_min_finite": None}
+            "provenance": rec.get("provenance"), "cosine_min": None, "cosine_min_finite": None, "abs_diff_max": None}
 
 
 def _against(row: dict, outputs, first: dict, first_outputs, bound: float) -> dict:
     """How a pair's outputs stand against the first pair's."""
+    if row["status"] in FAILED and first["status"] == "ran":
+        return {"diverges": True, "why": f"{row['status']} where {first['label']} ran: {row['reason']}"}
+    if row["status"] == "ran" and first["status"] in FAILED:
+        return {"diverges": True, "why": f"ran where {first['label']} did not ({first['status']}: {first['reason']})"}
     if row["status"] != "ran":
         return {"diverges": None, "why": f"not compared: {row['reason']}"}
     if first["status"] != "ran" or outputs is None or first_outputs is None:
         return {"diverges": None, "why": "not compared: no outputs of both"}
-    worst = worst_finite = None
+    worst = worst_finite = biggest = None
     for name in outputs:
         if name not in first_outputs:
             continue
@@ -114,14 +123,15 @@ def _against(row: dict, outputs, first: dict, first_outputs, bound: float) -> di
         if "error" in c:
             return {"diverges": True, "why": f"{name}: {c['error']}"}
         worst = c["cosine_min"] if worst is None else min(worst, c["cosine_min"])
+        biggest = c["abs_diff_max"] if biggest is None else max(biggest, c["abs_diff_max"])
         f = _finite_cosine(outputs[name], first_outputs[name])
         if f is not None:
             worst_finite = f if worst_finite is None else min(worst_finite, f)
     why = [f"{word} rows {row[k]} vs {first[k]}" for k, word in (("nan_rows", "NaN"), ("inf_rows", "Inf"),
                                                                   ("zero_rows", "all-zero")) if row[k] != first[k]]
     if worst_finite is not None and worst_finite < bound:
-        why.append(f"worst cosine {worst_finite:.6g} < {bound:g} over the rows finite in both")
-    return {"cosine_min": worst, "cosine_min_finite": worst_finite, "diverges": bool(why),
+        why.append(f"worst cosine {cosine_text(worst_finite)} < {bound:g} over the rows finite in both")
+    return {"cosine_min": worst, "cosine_min_finite": worst_finite, "abs_diff_max": biggest, "diverges": bool(why),
             "why": "; ".join(why) if why else "agrees"}
 
 

@@ -239,7 +239,7 @@ def check(plan, spec, *, reference: Path | None = None, nodes: tuple[str, ...] =
         f"Keeping {len(island.island)} nodes in fp32 ({', '.join(island.culprits) or 'hot values only'} and the "
         f"residual stream around them): " +
         (f"clean on all {len(rows)} releases" if not bad else f"still not clean on {', '.join(bad)}") +
-        (f"; against the fp32 reference the worst row cosine is {doc['worst_cosine']:.8f}, the largest |difference| "
+        (f"; against the fp32 reference the worst row cosine is {metrics.cosine_text(doc['worst_cosine'])}, the largest |difference| "
          f"{doc['worst_max_abs']:.3g}." if doc["worst_cosine"] is not None else ".")
     )
     plan.store.save_document(MITIGATION, doc)

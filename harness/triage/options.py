@@ -332,7 +332,7 @@ def options_matrix(plan, release, *, levels=LEVELS, modes=MODES, threads=THREADS
         "support": {"module": matrix.support.module, "levels": matrix.support.levels, "keys": matrix.support.keys,
                     "how": matrix.support.how},
         "combos": [{"id": c.id, **c.__dict__, "verdict": results[c.id]["verdict"], "why": results[c.id].get("why"),
-                    "nan_rows": results[c.id].get("nan_rows"), "rows": results[c.id].get("rows"),
+                    "status": results[c.id].get("status"), "nan_rows": results[c.id].get("nan_rows"), "rows": results[c.id].get("rows"),
                     "sha256": output_hashes(results[c.id])} for c in cs],
         "verdicts_seen": decisive,
         "changing_dimensions": changing,
