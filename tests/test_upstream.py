@@ -109,3 +109,11 @@ def test_report_x86_repro_reproduces_both_verdicts(x86_story, bisect, fresh_pyth
         assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict}")
         if verdict == "bad":
             assert "1 NaN rows, 0 Inf rows of 2" in out.stdout  # row 7, the one with the trigger word
+
+
+def test_every_predicate_bad_if_takes_has_a_symptom_in_the_report():
+    """The report names the symptom of every condition `--bad-if` reads (abs-diff once had none: a KeyError)."""
+    from harness.report.upstream import SYMPTOMS
+    from harness.verdicts import CONDITIONS
+
+    assert set(CONDITIONS) - set(SYMPTOMS) == set()

@@ -56,7 +56,8 @@ def _without_reference(predicate: Predicate) -> Predicate:
 SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
             "error": "fails to load or run", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
-            "rel-diff": "outputs that differ from the reference"}
+            "rel-diff": "outputs that differ from the reference",
+            "abs-diff": "outputs that differ from the reference"}
 
 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
