@@ -197,6 +197,21 @@ triage_options = compose(
 )
 
 
+question_options = compose(
+    click.option("--question", "question", metavar="KEY", default=None,
+                 help="Which of the run's questions (its run documents, cells/KEY.json) to answer. Default: the "
+                      "newest, the last `bisect run` or `sweep` of the run."),
+    click.option("--bad-if", "bad_if", multiple=True, metavar="WHEN",
+                 help="Ask another predicate over the question's range (and its reference, if the predicate "
+                      "compares with one). Default: the question's own."),
+)
+
+
+def bad_if_text(bad_if) -> str | None:
+    """--bad-if as given (several: comma-separated), or None when it was not given."""
+    return ",".join(bad_if) if bad_if else None
+
+
 reduced_option = click.option(
     "--reduced", "reduced", metavar="RUN", default=None,
     help="Run on the reduced repro of RUN (`bisect reduce`) instead of --model: its model, inputs and target.")
