@@ -166,3 +166,100 @@ def test_report_json_names_the_runs_first_bad(made, capsys):
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["first_bad"] == run["first_bad"] == "1.20.1"
+
+
+# --- reduce answers the run's question, for every predicate (real releases) -------------------------------
+
+
+def _run_args(model: Path, batch: Path, *more: str) -> tuple[str, ...]:
+    return ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", "--json", *more)
+
+
+@pytest.mark.release
+def test_reduce_against_a_reference_release_compares_each_candidate_with_the_last_good(bisect, tmp_path, residual_norm):
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    plain = bisect(*_run_args(model, batch), results=results)
+    assert plain.returncode == 0, plain.stderr
+    r = bisect(*_run_args(model, batch, "--reference-release", "1.19.2", "--bad-if", "cosine<0.99"), results=results)
+    assert r.returncode == 0, r.stderr
+    run = r.json()
+    assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
+    red = bisect("reduce", run["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert red.returncode == 0, red.stderr
+    doc = red.json()
+    assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
+    assert doc["question"]["key"] == run["cell"]["key"] and doc["predicate"] == "cosine<0.99"
+    assert doc["reference"]["kind"] == "release" and doc["reference"]["file"] == "reference.npz"
+    assert doc["rows"]["after"] == 1
+    assert (results / run["run_id"] / "reduced" / "reference.npz").is_file()
+
+
+@pytest.mark.release
+def test_reduce_against_a_reference_file_keeps_the_reference_rows_of_the_rows_it_keeps(bisect, tmp_path, residual_norm):
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    first = bisect(*_run_args(model, batch), results=results)
+    assert first.returncode == 0, first.stderr
+    run_dir = results / first.json()["run_id"]
+    with np.load(run_dir / "outputs" / "1.19.2.npz") as saved:
+        truth = {k: saved[k] for k in saved.files}
+    np.savez(tmp_path / "truth.npz", **truth)
+    r = bisect(*_run_args(model, batch, "--reference", str(tmp_path / "truth.npz"), "--bad-if", "rel-diff>0.01"),
+               results=results)
+    assert r.returncode == 0, r.stderr
+    red = bisect("reduce", str(run_dir), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert red.returncode == 0, red.stderr
+    doc = red.json()
+    assert doc["verified"]["flips"] and doc["predicate"] == "rel-diff>0.01"
+    assert doc["nodes"]["kept"] is None  # the file's values are of the model's outputs: only rows are reduced
+    kept = doc["rows"]["kept"]
+    with np.load(run_dir / "reduced" / "reference.npz") as ref:
+        assert all(np.array_equal(ref[k], truth[k][kept]) for k in truth)
+    # triage on the reduced repro asks the reduction's question, with the reference rows it kept
+    sweep = bisect("sweep", "--reduced", str(run_dir), "--from", "1.19.2", "--to", "1.20.0", "--json", results=results)
+    assert sweep.returncode == 0, sweep.stderr
+    assert sweep.json()["predicate"] == "rel-diff>0.01" and sweep.json()["reference"]["kind"] == "file"
+    assert [p["verdict"] for p in sweep.json()["probes"]] == ["good", "bad"]
+    rep = bisect("repeat", "--reduced", str(run_dir), "--version", "1.20.0", "-n", "2", "--cache-dir",
+                 str(bisect.cache_dir), "--results-dir", str(results))
+    assert rep.returncode == 2 and "compares with nothing: give --bad-if" in rep.stderr, rep.stderr
+    # a question that compares with nothing, asked on the command line: the same boundary, by NaN rows
+    again = bisect("reduce", str(run_dir), "--cache-dir", str(bisect.cache_dir), "--json", "--rows-only",
+                   "--bad-if", "nan-or-inf")
+    assert again.returncode == 0, again.stderr
+    assert again.json()["reference"] is None and again.json()["predicate"] == "nan-or-inf"
+
+
+@pytest.mark.release
+def test_reduce_refuses_before_any_probe_with_status_2(bisect, tmp_path, residual_norm):
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    r = bisect(*_run_args(model, batch), results=results)
+    assert r.returncode == 0, r.stderr
+    red = bisect("reduce", r.json()["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--bad-if", "zero-rows")
+    assert red.returncode == 2 and "no last good and first bad" in red.stderr, red.stderr
+    assert not (results / r.json()["run_id"] / "reduced").exists()
+
+
+def test_reduce_after_probes_found_nothing_exits_3_not_2(made, monkeypatch, capsys):
+    """The run saw NaN on 1.20.0; probed again (the replay now says every release is finite), the full model
+    does not flip: an answer after probes (3), not a refusal (2), and not a traceback."""
+    import harness.plan
+    from harness.triage import reduce as reduce_mod
+
+    plan, cache = made
+    outcomes = {v: ran(nan_rows=2 if v >= "1.20.0" else 0) for v in VERSIONS}
+    run = search(plan, cache, ReplayRunner(outcomes), "nan-or-inf", versions=("1.19.2", "1.20.0"))
+    assert run["first_bad"] == "1.20.0"
+    real_plan, real_run, finite = harness.plan.make_plan, reduce_mod.reduce_run, ReplayRunner({v: ran() for v in VERSIONS})
+    monkeypatch.setattr(harness.plan, "make_plan",
+                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
+                                                                                       runner=finite))
+    # the run's own records of the pair are not taken as the full model's verdicts: it is probed again
+    monkeypatch.setattr(reduce_mod, "reduce_run", lambda *a, **kw: real_run(*a, **{**kw, "known": None}))
+    rc = main(["reduce", str(plan.store.dir), "--cache-dir", str(cache), "--offline", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 3 and out["exit_status"] == 3 and "does not flip" in out["error"]
+    assert sorted(finite.calls) == ["1.19.2", "1.20.0"]
