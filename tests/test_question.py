@@ -16,7 +16,7 @@ import builders
 import inproc
 import numpy as np
 import pytest
-from replay import ReplayRunner, error, ran
+from replay import ReplayRunner, crash, error, ran
 
 from harness import reference
 from harness.cli import main
@@ -263,3 +263,23 @@ def test_reduce_after_probes_found_nothing_exits_3_not_2(made, monkeypatch, caps
     out = json.loads(capsys.readouterr().out)
     assert rc == 3 and out["exit_status"] == 3 and "does not flip" in out["error"]
     assert sorted(finite.calls) == ["1.19.2", "1.20.0"]
+
+
+@pytest.mark.parametrize("predicate,broken", [("error", error("Fail: Load model failed: no kernel")),
+                                              ("crash", crash(11))])
+def test_reduce_takes_a_load_failure_or_crash_question(made, monkeypatch, predicate, broken):
+    """A boundary of --bad-if error (or crash) is reduced like any other: B fails on every candidate here."""
+    import harness.plan
+    from harness.triage.reduce import reduce_saved_run
+
+    plan, cache = made
+    outcomes = {v: (broken if v >= "1.20.0" else ran()) for v in VERSIONS}
+    run = search(plan, cache, ReplayRunner(outcomes), predicate, versions=("1.19.2", "1.20.0", "1.20.1"))
+    assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
+    real_plan, replay = harness.plan.make_plan, ReplayRunner(outcomes)
+    monkeypatch.setattr(harness.plan, "make_plan",
+                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
+                                                                                       runner=replay))
+    doc = reduce_saved_run(plan.store.dir, cache, offline=True)
+    assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
+    assert doc["predicate"] == predicate and doc["rows"]["after"] == 1 and doc["nodes"]["after"] < doc["nodes"]["before"]
