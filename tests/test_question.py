@@ -283,3 +283,24 @@ def test_reduce_takes_a_load_failure_or_crash_question(made, monkeypatch, predic
     doc = reduce_saved_run(plan.store.dir, cache, offline=True)
     assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
     assert doc["predicate"] == predicate and doc["rows"]["after"] == 1 and doc["nodes"]["after"] < doc["nodes"]["before"]
+
+
+@pytest.mark.release
+def test_the_reports_probe_of_the_newest_release_compares_it_with_the_runs_reference(bisect, tmp_path, residual_norm):
+    """The report's own probe of the newest release is made against the question's reference: it was made
+    without one ("not present (no comparison with the reference)") while the run called that release bad."""
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    r = bisect(*_run_args(model, batch, "--reference-release", "1.19.2", "--bad-if", "rel-diff>0.01"), results=results)
+    assert r.returncode == 0, r.stderr
+    run = r.json()
+    trace = bisect("trace", "--model", str(model), "--inputs", str(batch), "--version", "1.20.0", "--cache-dir",
+                   str(bisect.cache_dir), "--results-dir", str(results))
+    assert trace.returncode == 0, trace.stderr
+    rep = bisect("report", run["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    doc = rep.json()
+    assert (doc["last_good"], doc["first_bad"]) == (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
+    assert doc["newest"]["verdict"] == "bad" and "no comparison" not in doc["newest"]["why"], doc["newest"]
+    assert f"answering question {run['cell']['key']}" in rep.stderr
