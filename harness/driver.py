@@ -19,14 +19,22 @@ import numpy as np
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics
 from harness.probe import Observer, ProbeJob, Prober, Silent, serving
-from harness.reference import FP32_SERIES, RELEASE_SERIES, Reference
+from harness.reference import (
+    FP32_SERIES,
+    RELEASE_SERIES,
+    Reference,
+    arrays_for,
+    fp32_record,
+    judged,
+    release_outputs,
+)
 from harness.releases.versions import Release
 from harness.results.history import latest_by_version, own_records
 from harness.results.store import RunStore, load_outputs
 from harness.runners import kill_live_workers, retire_early_workers
 from harness.runners.base import Runner
 from harness.search import Step, bisect_step, sweep_step
-from harness.verdicts import Predicate, judge
+from harness.verdicts import Predicate
 
 __all__ = ["Driver", "Observer", "RunOutcome", "Silent"]
 
@@ -63,13 +71,7 @@ class Driver:
 
     def judge(self, record: dict) -> dict:
         """The record with its verdict under this run's predicate (compared again if it was against another reference)."""
-        ref = self.reference
-        stored = (record.get("metrics") or {}).get("reference")
-        if ref is None or record.get("status") != "ran" or stored == ref.id:
-            return judge(record, self.predicate)
-        arrays = self._reference_arrays(record["version"])
-        outputs = self.store.outputs(record["version"])
-        return judge(record, self.predicate, arrays, outputs, ref.id)
+        return judged(record, self.predicate, self.reference, self.store)
 
     def run(self, mode: str = "regression", sweep: bool = False) -> RunOutcome:
         index = {r.version: i for i, r in enumerate(self.releases)}
@@ -164,13 +166,9 @@ class Driver:
         if ref is None or ref.kind != "release" or ref.arrays is not None:
             return
         version = ref.release.version
-        mine = [r for r in self.store.records() if r["version"] == version and not r.get("combo_id")
-                and r.get("series") in (None, RELEASE_SERIES)]
-        for rec in sorted(mine, key=lambda r: r.get("finished") or "", reverse=True):
-            path = self.store.outputs_path(version, rec.get("series"))
-            if rec["status"] == "ran" and path.exists():
-                ref.arrays = load_outputs(path)
-                return
+        ref.arrays = release_outputs(self.store, version)
+        if ref.arrays is not None:
+            return
         inside = next((r for r in self.releases if r.version == version), None)
         series = None if inside else RELEASE_SERIES
         release = inside or ref.release
@@ -196,9 +194,7 @@ class Driver:
                 and (rec.get("metrics") or {}).get("reference") != self.reference.id)
 
     def _fp32_record(self, version: str) -> dict | None:
-        found = [r for r in self.store.records() if r["version"] == version and r.get("series") == FP32_SERIES
-                 and (r.get("reference") == self.reference.id)]
-        return found[-1] if found else None
+        return fp32_record(self.store, self.reference, version)
 
     def _probe_fp32(self, release: Release) -> tuple[dict, dict[str, np.ndarray] | None]:
         """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
@@ -208,15 +204,7 @@ class Driver:
         return rec, (load_outputs(path) if rec["status"] == "ran" else None)
 
     def _reference_arrays(self, version: str) -> dict[str, np.ndarray] | None:
-        ref = self.reference
-        if ref is None:
-            return None
-        if ref.kind != "fp32":
-            return ref.arrays
-        rec = self._fp32_record(version)
-        if rec is None or rec["status"] != "ran":
-            return None
-        return self.store.outputs(version, FP32_SERIES)
+        return arrays_for(self.reference, self.store, version)
 
     def _prefetch(self, pool: ThreadPoolExecutor, release: Release, start: bool) -> None:
         """Install `release` in the background and, with `start`, start its worker early (imports overlap)."""

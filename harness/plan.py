@@ -23,6 +23,7 @@ from harness.releases.versions import Release
 from harness.request import ProbeInputs, SearchSpec
 from harness.results.store import MANIFEST, RunStore, run_id_for
 from harness.runners import Log, Runner, quiet
+from harness.summary import Question
 from harness.verdicts import Predicate
 
 
@@ -61,9 +62,9 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     run_id = spec.resume or run_id_for(pi.model.name, key)
     info = {"model": {"name": pi.model.name, "source": pi.model.spec.source, "path": str(pi.model.path),
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
-            "batch": {"path": str(pi.batch), "digest": pi.batch_digest},
-            "predicate": str(req.predicate),
-            "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label} if reference else None}
+            "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
+    # what is asked (predicate, reference, range) is no part of the manifest: it is each search's own, kept in
+    # its run document, and a trace or diff of the run asks nothing
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     timeout = spec.timeout
     if timeout is None:
@@ -89,19 +90,32 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
     return plan
 
 
-def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: str) -> SearchSpec:
-    """The search that made a run (model, batch, target, options), over another range; it resumes that run."""
+def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: str,
+                question: Question | None = None) -> SearchSpec:
+    """The search that made a run (model, batch, target, options), over another range; it resumes that run.
+
+    With `question`, the spec asks it: its predicate and its reference (the file, the release, fp32)."""
     manifest = RunStore(Path(run_dir)).manifest()
     if not manifest:
         raise UsageError(f"{run_dir}: no run there (no {MANIFEST})")
     key, model = manifest["key"], manifest["model"]
     name = model["name"] if model.get("source") in ("generated", "hub") else model["path"]
-    return SearchSpec(model=name, from_=from_, to=to, inputs=Path(manifest["batch"]["path"]),
+    spec = SearchSpec(model=name, from_=from_, to=to, inputs=Path(manifest["batch"]["path"]),
                       outputs=tuple(key.get("outputs") or ()), arch=key["arch"], backend=key["backend"],
                       cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
                       results_dir=Path(run_dir).parent, resume=Path(run_dir).name,
                       session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1),
                       package=of_key(key, pre=_has_pre(from_, to)))
+    if question is None:
+        return spec
+    ref = question.reference or {}
+    kind, ref_id = ref.get("kind"), str(ref.get("id"))
+    if kind == "file" and not (isinstance(ref.get("path"), str) and Path(ref["path"]).is_file()):
+        raise UsageError(f"{Path(run_dir).name}: its question compares with {ref.get('label')}, and that file "
+                         f"({ref.get('path') or 'no path kept'}) is not here")
+    return dataclasses.replace(spec, bad_if=str(question.predicate),
+                               reference=ref["path"] if kind == "file" else FP32 if kind == FP32 else None,
+                               reference_release=ref_id.removeprefix("release:") if kind == "release" else None)
 
 
 def _has_pre(*versions: str) -> bool:

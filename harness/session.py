@@ -14,12 +14,14 @@ from dataclasses import dataclass
 
 from harness import search
 from harness.driver import Driver, Observer, RunOutcome
+from harness.errors import UsageError
 from harness.plan import Plan
+from harness.reference import Reference, judged, restored
 from harness.releases.versions import parse_version
 from harness.results.history import RefreshStore, latest_by_version, own_records
 from harness.results.store import RunStore
-from harness.summary import summary
-from harness.verdicts import Predicate, judge
+from harness.summary import Question, summary
+from harness.verdicts import Predicate
 
 
 @dataclass
@@ -57,19 +59,25 @@ def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regr
     doc = summary(outcome, mode, plan.store.run_id, sweep=sweep)
     doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "wall_s": round(time.perf_counter() - started, 3)}
+    question = question_of_plan(plan, doc["mode"])
+    doc["question"] = question.document()
     doc["predicate"] = str(plan.predicate)
-    ref = plan.reference
-    doc["bad_means"] = plan.predicate.words(ref.label if ref else "the reference")
-    doc["reference"] = {"kind": ref.kind, "id": ref.id, "label": ref.label} if ref else None
+    doc["bad_means"] = question.words()
+    doc["reference"] = question.reference
     doc["refresh"] = refresh
     doc["generated"] = _now()
     doc["host"] = {"machine": platform.machine(), "node": platform.node()}
-    default_key = f"{doc['mode']}-{plan.releases[0].version}-{plan.releases[-1].version}-{plan.predicate}"
-    # one document per predicate: no `>` or `<` in file names
-    doc["cell"] = {"key": cell_key or default_key.replace(">", "_").replace("<", "_")}
+    doc["cell"] = {"key": cell_key or question.key}  # one document per question
     doc.update(extra or {})
     plan.store.save_summary(cell_key or doc["cell"]["key"], doc)
     return Search(plan, outcome, doc)
+
+
+def question_of_plan(plan: Plan, mode: str) -> Question:
+    """The question a plan's search asks (`mode`: regression, fix or sweep)."""
+    ref = plan.reference
+    return Question(plan.predicate, ref.identity() if ref else None, mode, plan.releases[0].version,
+                    plan.releases[-1].version)
 
 
 def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = None,
@@ -88,9 +96,88 @@ def probe_outcome(plan: Plan, versions: list[str], observer: Observer | None = N
 # --- reading a search back ---------------------------------------------------------------------
 
 
-def judged_records(store: RunStore, predicate: Predicate) -> dict[str, dict]:
-    """The newest record of each release of a run's own search, judged (triage series left out)."""
-    return {v: judge(r, predicate) for v, r in latest_by_version(own_records(store.records())).items()}
+def judged_records(store: RunStore, predicate: Predicate, reference: Reference | None = None) -> dict[str, dict]:
+    """The newest record of each release of a run's own search, judged against `reference` (triage series left
+    out): records probed against another reference are compared again from their saved outputs."""
+    return {v: judged(r, predicate, reference, store) for v, r in latest_by_version(own_records(store.records())).items()}
+
+
+@dataclass(frozen=True)
+class Asked:
+    """A run's question as a reader takes it: which document it is from (None: asked on the command line, or
+    a run with no document) and why that one."""
+
+    question: Question
+    key: str | None
+    said: str  # "the run's newest question (regression-...)", for the reader to print
+
+
+def run_questions(store: RunStore) -> tuple[list[tuple[str, Question]], list[str]]:
+    """([(key, question)] of each run document under cells/, newest first; [why, for each one unreadable])."""
+    from harness.results.evidence import EvidenceError
+    from harness.results.store import CELLS, read_cell_document
+
+    found, unreadable = [], []
+    for path in sorted((store.dir / CELLS).glob("*.json")):
+        try:
+            doc = read_cell_document(path)
+            found.append((doc.generated or "", path.stat().st_mtime, path.stem, Question.of_document(doc.raw)))
+        except (OSError, EvidenceError, UsageError) as exc:
+            unreadable.append(f"{CELLS}/{path.name}: {exc}")
+    found.sort(key=lambda f: f[:2], reverse=True)
+    return [(k, q) for _, _, k, q in found], unreadable
+
+
+def asked_of_run(store: RunStore, key: str | None = None, bad_if: str | None = None) -> Asked:
+    """The question a reader of a run asks: the run document `key` names, else the newest one (what the last
+    `bisect run` or `sweep` asked); `bad_if` asks another predicate over the same range and reference. A run
+    with no document asks --bad-if (default nan-or-inf) over the releases it probed."""
+    from harness.request import predicate as parse_bad_if
+
+    known, unreadable = run_questions(store)
+    if key is not None:
+        chosen = next(((k, q) for k, q in known if k == key), None)
+        if chosen is None:
+            raise UsageError(f"--question {key}: no such run document in {store.dir.name} "
+                             f"(its questions: {', '.join(k for k, _ in known) or 'none'})")
+    elif unreadable:  # the newest question may be the one that cannot be read: none is guessed
+        raise UsageError(f"{store.dir.name}: {unreadable[0]}; name the question to answer with --question KEY"
+                         + (f" (readable: {', '.join(k for k, _ in known)})" if known else ""))
+    else:
+        chosen = known[0] if known else None
+    if chosen is None:
+        probed = sorted(latest_by_version(own_records(store.records())), key=parse_version) or [None]
+        pred = parse_bad_if(bad_if or str(Predicate()))
+        if pred.needs_reference:
+            raise UsageError(f"--bad-if {pred}: compares with a reference, and {store.dir.name} has no run "
+                             "document naming one; use `bisect run` with the reference")
+        return Asked(Question(pred, None, "regression", probed[0], probed[-1]), None,
+                     f"--bad-if {pred} over the releases probed (the run has no run document)")
+    k, question = chosen
+    more = f"; {len(known) - 1} other question(s): --question KEY picks one" if key is None and len(known) > 1 else ""
+    said = f"question {k}{more}"
+    if bad_if is not None:
+        pred = parse_bad_if(bad_if)
+        if pred.needs_reference and not question.reference:
+            raise UsageError(f"--bad-if {pred}: compares with a reference, and question {k} has none")
+        return Asked(question.asking(pred), None, f"--bad-if {pred} over the range of {said}")
+    return Asked(question, k, said)
+
+
+def judged_for(store: RunStore, question: Question) -> dict[str, dict]:
+    """The run's records judged as `question` asks: its predicate, against its reference."""
+    return judged_records(store, question.predicate, restored(question.reference, store))
+
+
+def question_boundary(records: dict[str, dict], listing: list, question: Question) -> Boundary:
+    """Last good and first bad release of the question's range, as its judged records show them: the
+    boundary the run document names, whatever was probed outside the range."""
+    lo, hi = parse_version(question.first), parse_version(question.last)
+    inside = {v: r for v, r in records.items() if lo <= parse_version(v) <= hi}
+    span = [r for r in listing if lo <= parse_version(r.version) <= hi]
+    if not inside:
+        return Boundary(span, None, None, [], True)
+    return boundary_in(inside, span)
 
 
 @dataclass

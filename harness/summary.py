@@ -1,13 +1,65 @@
-"""What a search found, as a JSON document and a sentence. Pure: no I/O."""
+"""What a search asks and what it found, as a JSON document and a sentence. Pure: no I/O."""
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+
 from harness.driver import RunOutcome
 from harness.search import MODES, transitions
+from harness.verdicts import Predicate, parse_predicate
 
 EXIT_FOUND = 0
 EXIT_NO_BOUNDARY = 3
 UPSTREAM = "https://github.com/microsoft/onnxruntime"
+
+
+@dataclass(frozen=True)
+class Question:
+    """What one search asks of a run's probes: when a release is bad (`predicate`), compared with what
+    (`reference`: its kind, id and label, and a file's path; None when nothing is compared), in which direction
+    (`mode`: regression, fix or sweep) and over which releases (`first`..`last`).
+
+    The probes of a run are shared by its questions and judged again under each; the run document of each
+    question is its own (cells/<key>.json), so two references or two ranges never overwrite each other."""
+
+    predicate: Predicate
+    reference: dict | None
+    mode: str
+    first: str
+    last: str
+
+    @property
+    def key(self) -> str:
+        """The name of its run document under cells/: one file name (no `>`, `<` or `:` in it)."""
+        key = f"{self.mode}-{self.first}-{self.last}-{self.predicate}"
+        if self.reference:
+            key += f"-vs-{self.reference.get('id')}"
+        return "".join("_" if c in "<>:/\\" else c for c in key)
+
+    def document(self) -> dict:
+        return {"predicate": str(self.predicate), "reference": self.reference, "mode": self.mode,
+                "range": [self.first, self.last]}
+
+    def words(self) -> str:
+        """What bad means, in a sentence's words."""
+        return self.predicate.words((self.reference or {}).get("label") or "the reference")
+
+    def asking(self, predicate: Predicate) -> Question:
+        """Another predicate over the same range; the reference stays only when the predicate compares."""
+        return dataclasses.replace(self, predicate=predicate,
+                                   reference=self.reference if predicate.needs_reference else None)
+
+    @classmethod
+    def of_document(cls, doc: dict) -> Question:
+        """The question of a run document (a parsed cell document); one written before documents held their
+        question is read from its predicate, reference, mode and releases."""
+        q = doc.get("question") if isinstance(doc.get("question"), dict) else {}
+        releases = doc.get("releases") or [None]
+        first, last = (q.get("range") or [releases[0], releases[-1]])[:2]
+        return cls(parse_predicate(q.get("predicate") or doc.get("predicate") or str(Predicate())),
+                   q["reference"] if "reference" in q else doc.get("reference"),
+                   q.get("mode") or doc.get("mode") or "regression", first, last)
 
 
 def build_of(record: dict | None) -> dict:

@@ -392,8 +392,15 @@ def test_drift_stops_at_a_line_of_the_run_that_is_not_a_record(results):
     assert len(r.lines) == 1 and "line 3" in r.lines[0] and "--quarantine" in r.lines[0], r.stderr
 
 
-def test_drift_refuses_a_run_whose_predicate_it_does_not_know(results):
-    store = make_run(results, DRIFTING, predicate="sometimes")
+def test_drift_refuses_a_run_whose_question_it_does_not_know(results):
+    """The question is the run document's (cells/KEY.json): one whose predicate bisect does not read is refused,
+    naming it, rather than answering another question in its place."""
+    store = make_run(results, DRIFTING)
+    (store.dir / "cells").mkdir()
+    (store.dir / "cells" / "k.json").write_text(json.dumps({
+        "run_id": store.run_id, "status": "found", "mode": "regression", "releases": ["1.19.0", "1.21.0"],
+        "probes": [], "predicate": "sometimes", "cell": {"key": "k"}}))
     r = inproc.run("drift", store.run_id, "--results-dir", results)
-    assert r.returncode == 2
-    assert r.lines == [f"error: {store.run_id}: the run's predicate 'sometimes' is not one bisect knows"]
+    assert r.returncode == 2 and len(r.lines) == 1, r.stderr
+    assert r.lines[0].startswith(f"error: {store.run_id}: cells/k.json: ") and "'sometimes'" in r.lines[0]
+    assert "--question KEY" in r.lines[0]

@@ -55,6 +55,7 @@ def _py_types(types: tuple[type, ...]) -> set[str]:
     (evidence.CELL_FIELDS, "cell-document.v1.json", ()),
     (evidence.CELL_PROBE_FIELDS, "cell-document.v1.json", ("probes", "items")),
     (evidence.CELL_KEY_FIELDS, "cell-document.v1.json", ("cell",)),
+    (evidence.CELL_QUESTION_FIELDS, "cell-document.v1.json", ("question",)),
 ])
 def test_the_parser_types_each_key_as_its_schema_does(fields, file, path):
     node = schema(file)

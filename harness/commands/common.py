@@ -197,6 +197,21 @@ triage_options = compose(
 )
 
 
+question_options = compose(
+    click.option("--question", "question", metavar="KEY", default=None,
+                 help="Which of the run's questions (its run documents, cells/KEY.json) to answer. Default: the "
+                      "newest, the last `bisect run` or `sweep` of the run."),
+    click.option("--bad-if", "bad_if", multiple=True, metavar="WHEN",
+                 help="Ask another predicate over the question's range (and its reference, if the predicate "
+                      "compares with one). Default: the question's own."),
+)
+
+
+def bad_if_text(bad_if) -> str | None:
+    """--bad-if as given (several: comma-separated), or None when it was not given."""
+    return ",".join(bad_if) if bad_if else None
+
+
 reduced_option = click.option(
     "--reduced", "reduced", metavar="RUN", default=None,
     help="Run on the reduced repro of RUN (`bisect reduce`) instead of --model: its model, inputs and target.")
@@ -229,15 +244,47 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
     run_dir = run_dir_of(opts["reduced"], opts.get("results_dir") or DEFAULT_RESULTS_DIR)
     store = RunStore(run_dir / REDUCED)
     doc = store.document("reduce")
-    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
+    if not doc or not doc["verified"]["flips"]:
         raise UsageError(f"--reduced {opts['reduced']}: no verified reduced model there; run `bisect reduce {opts['reduced']}`")
-    key = RunStore(run_dir).manifest()["key"]
-    opts = {**opts, "model": str(store.dir / doc["model"]["file"]), "inputs": store.dir / doc["inputs"]["file"],
-            "outputs": (), "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
-            "python": key["python"], **_package_opts(key)}
+    manifest = RunStore(run_dir).manifest()
+    key = manifest["key"]
+    if doc["model"]["file"]:
+        model, outputs = str(store.dir / doc["model"]["file"]), ()
+    else:  # only the rows were reduced: the run's own model, on its checked outputs
+        given = manifest["model"]
+        model = given["name"] if given.get("source") in ("generated", "hub") else given["path"]
+        outputs = tuple(doc["model"].get("outputs") or ())
+    opts = {**opts, "model": model, "inputs": store.dir / doc["inputs"]["file"],
+            "outputs": outputs, "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
+            "python": key["python"], **_package_opts(key), **_question_opts(opts, doc, store.dir)}
     note = (f"on the reduced repro of {run_dir.name}: {doc['nodes']['after']} of {doc['nodes']['before']} nodes, "
             f"{doc['rows']['after']} of {doc['rows']['before']} rows ({doc['pair'][0]} good, {doc['pair'][1]} bad)")
     return opts, note
+
+
+def _question_opts(opts: dict, doc: dict, reduced_dir: Path) -> dict:
+    """The question the reduction answered, as options, unless --bad-if asks another: its predicate, and its
+    reference for a command that compares (a release: the last good one, whose outputs the reduction was
+    compared with; a file or the fp32 model: the reference rows kept beside it, reference.npz)."""
+    from harness.errors import UsageError
+
+    ctx = click.get_current_context(silent=True)
+    source = ctx.get_parameter_source("bad_if") if ctx is not None else None
+    if not doc.get("predicate") or source not in (None, click.core.ParameterSource.DEFAULT):
+        return {}
+    ref = doc.get("reference")
+    if not ref:
+        return {"bad_if": doc["predicate"]}
+    if "reference" not in opts:  # options, repeat, mitigate judge by the outputs alone
+        raise UsageError(f"--reduced: the reduction answers --bad-if {doc['predicate']}, which compares with "
+                         f"{ref.get('label')}; this command compares with nothing: give --bad-if")
+    if opts.get("reference") or opts.get("reference_release"):
+        return {"bad_if": doc["predicate"]}
+    if ref.get("kind") == "release":
+        return {"bad_if": doc["predicate"], "reference_release": doc["pair"][0]}
+    if not ref.get("file"):
+        raise UsageError(f"--reduced: the reduction kept no reference values ({ref.get('label')}); give --reference")
+    return {"bad_if": doc["predicate"], "reference": str(reduced_dir / ref["file"])}
 
 
 def _package_opts(key: dict) -> dict:

@@ -9,9 +9,12 @@ from rich.markup import escape
 
 from harness.commands.common import (
     FiniteFloatRange,
+    bad_if_text,
+    err,
     json_option,
     out,
     print_json,
+    question_options,
     results_dir_option,
     run_dir_of,
 )
@@ -24,33 +27,35 @@ CHART_SUFFIXES = (".svg", ".png")
 @click.command("drift")
 @click.argument("run", metavar="RUN")
 @results_dir_option
+@question_options
 @click.option("--threshold", type=FiniteFloatRange(min=0, min_open=True), default=DEFAULT_THRESHOLD, show_default=True,
               help="Relative change of a number between two releases that counts as a step.")
 @click.option("--chart", "chart", type=click.Path(path_type=Path), default=None,
               help="Where to write the chart (.svg or .png). Default: drift.svg in the run directory.")
 @json_option
-def command(run, results_dir, threshold, chart, as_json):
+def command(run, results_dir, question, bad_if, threshold, chart, as_json):
     """Max |x|, fp16 headroom, worst cosine and relative difference per release of a run, and the steps between them.
 
     RUN is a results/<run-id> directory, or a run id in --results-dir. Nothing is probed: the numbers are the
-    ones each probe recorded.
+    ones each probe recorded, compared with the reference of the run's question (its newest run document, or
+    --question KEY).
     """
     from harness.report import drift
     from harness.results.store import RunStore, read_manifest
-    from harness.verdicts import parse_predicate
+    from harness.session import asked_of_run, judged_for
 
     run_dir = run_dir_of(run, results_dir)
     if chart is not None:
         chart = _chart_target(chart)
-    manifest = read_manifest(run_dir)  # a damaged manifest is refused in one line
-    text = manifest.get("predicate") or "nan-or-inf"
-    try:
-        predicate = parse_predicate(str(text))
-    except UsageError:
-        raise UsageError(f"{run}: the run's predicate {text!r} is not one bisect knows") from None
+    read_manifest(run_dir)  # a damaged manifest is refused in one line
     store = RunStore(run_dir)
-    ref = manifest.get("reference") if isinstance(manifest.get("reference"), dict) else {}
-    rows = drift.rows(store.records(), predicate, ref.get("id"))
+    asked = asked_of_run(store, question, bad_if_text(bad_if))
+    predicate = asked.question.predicate
+    if not as_json:
+        err.print(f"answering {escape(asked.said)}")
+    # the records judged as the question asks, against its reference (never another's numbers)
+    ref_id = (asked.question.reference or {}).get("id")
+    rows = drift.rows(list(judged_for(store, asked.question).values()), predicate, ref_id)
     if not rows:
         raise UsageError(f"{run}: no probes of the run's own search recorded; nothing to follow")
     steps = drift.steps(rows, threshold)

@@ -7,10 +7,13 @@ import sys
 import click
 
 from harness.commands.common import (
+    bad_if_text,
+    err,
     json_option,
     log_to_stderr,
     out,
     print_json,
+    question_options,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -21,20 +24,32 @@ from harness.commands.common import (
 @click.argument("run", metavar="RUN")
 @results_dir_option
 @store_options
+@question_options
 @click.option("--rows-only", is_flag=True, help="Reduce the batch's rows, keep the whole model.")
 @json_option
-def command(run, results_dir, cache_dir, offline, rows_only, as_json):
+def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, as_json):
     """The smallest repro of a run's regression: fewest rows, then fewest nodes, each verified on both releases.
 
-    Writes results/<run>/reduced/ (model.onnx, inputs.npz, reduce.json); resumable.
+    It reduces the boundary of the run's question (its newest run document, or --question KEY), judged as
+    that question judges, with its reference. Writes results/<run>/reduced/ (model.onnx, inputs.npz,
+    reference.npz when the question compares with one, reduce.json); resumable. Exit status: 0 a verified
+    reduction, 3 none (the pair does not flip here, or the reduction does not verify), 2 refused before any
+    probe, 1 a failure.
     """
     from harness.report.terminal import reduction_summary
-    from harness.triage.reduce import reduce_saved_run
+    from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY
+    from harness.triage.reduce import NoFlip, reduce_saved_run
 
-    doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
-                           nodes=not rows_only, command=sys.argv)
+    try:
+        doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
+                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if))
+    except NoFlip as exc:  # probes ran: not a refusal
+        if as_json:
+            print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})
+        err.print(f"no reduction: {exc}")
+        return EXIT_NO_BOUNDARY
     if as_json:
         print_json(doc)
     else:
         out.print(reduction_summary(doc))
-    return 0 if doc["verified"]["flips"] else 1
+    return EXIT_FOUND if doc["verified"]["flips"] else EXIT_NO_BOUNDARY

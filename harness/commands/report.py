@@ -6,10 +6,13 @@ import json
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from harness.commands.common import (
+    bad_if_text,
     err,
     log_to_stderr,
+    question_options,
     results_dir_option,
     store_options,
 )
@@ -21,11 +24,12 @@ from harness.results.store import MANIFEST
 @click.argument("run", metavar="RUN")
 @results_dir_option
 @store_options
+@question_options
 @click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
 @click.option("--no-probe", is_flag=True, help="Do not probe the newest release, nor trace to explain.")
 @click.option("--embed-limit", type=click.IntRange(min=0), default=64 << 10, show_default=True,
               help="Embed the model in the repro script when it is at most this many bytes.")
-def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
+def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_probe, embed_limit):
     """A paste-ready upstream report of a run: environment, verdicts, explanation, repro script.
 
     RUN is a results/<run-id> directory, or a run id in --results-dir.
@@ -47,7 +51,8 @@ def command(run, results_dir, cache_dir, offline, fmt, no_probe, embed_limit):
     if not RunStore(run_dir).records():
         raise UsageError(f"{run}: no probes recorded in this run; nothing to report")
     doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
-                         embed_limit=embed_limit, log=log_to_stderr)
+                         embed_limit=embed_limit, log=log_to_stderr, question=question, bad_if=bad_if_text(bad_if))
+    err.print(f"answering {escape(doc['question']['said'])}")
     saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
     err.print(f"repro script: {run_dir / doc['repro']['file']}; report: {saved}")

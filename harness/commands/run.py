@@ -114,9 +114,13 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             return status
     doc = found.doc
     if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] == "regression":
-        from harness.triage.reduce import reduce_saved_run
+        from harness.triage.reduce import NoFlip, reduce_saved_run
 
-        doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr)
+        try:
+            doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr,
+                                              question=doc["cell"]["key"])
+        except NoFlip as exc:  # the boundary stands; the reduction says why it has none
+            err.print(f"no reduction: {escape(str(exc))}")
     if not opts["as_json"]:
         out.print(run_table(doc))
         if "rows" in doc:

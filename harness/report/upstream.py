@@ -35,16 +35,7 @@ from harness.report.repro import SCRIPT
 from harness.results.evidence import RUN_ID_RE
 from harness.results.store import EXPLANATION, REPORT, RunStore
 from harness.summary import build_of, compare_url
-from harness.verdicts import Predicate, parse_predicate
-
-
-def _predicate(manifest: dict) -> Predicate:
-    """The run's predicate (records made against a reference carry their comparison in their metrics)."""
-    return parse_predicate(manifest.get("predicate") or str(Predicate()))
-
-
-def _reference_label(manifest: dict) -> str:
-    return (manifest.get("reference") or {}).get("label") or "the reference"
+from harness.verdicts import Predicate
 
 
 def _without_reference(predicate: Predicate) -> Predicate:
@@ -61,25 +52,36 @@ SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": 
 
 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
-          log=None) -> dict:
-    """The report as a JSON-able document (and repro.py written next to the run)."""
+          log=None, question: str | None = None, bad_if: str | None = None) -> dict:
+    """The report as a JSON-able document (and repro.py written next to the run).
+
+    It answers the run's question (harness.session.asked_of_run: the run document `question` names, else the
+    newest; `bad_if` asks another predicate over its range): its verdicts, against its reference, and the
+    boundary of its range, the run document's own."""
     from harness.explain.boundary import explanation
     from harness.plan import make_plan, spec_of_run
     from harness.request import release_listing
-    from harness.session import boundary_in, judged_records, probe_releases
+    from harness.session import (
+        asked_of_run,
+        judged_for,
+        probe_releases,
+        question_boundary,
+    )
     from harness.triage.mitigate import MITIGATION
 
     log = log or (lambda msg: None)
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
     manifest = store.manifest()
-    predicate = _predicate(manifest)
-    recs = judged_records(store, predicate)
+    asked = asked_of_run(store, question, bad_if)
+    q = asked.question
+    predicate = q.predicate
+    recs = judged_for(store, q)
     if not recs:
         raise ValueError(f"{run_dir}: no probes recorded")
     key = manifest["key"]
     probed = sorted(recs, key=parse_version)
-    spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1])
+    spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1], q if probe else None)
     from harness.releases.versions import Target
 
     all_releases = release_listing(cache_dir, offline)
@@ -99,9 +101,9 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     if probe and newest not in recs:
         log(f"probing the newest release, {newest}")
         probe_releases(get_plan(newest), [newest])
-        recs = judged_records(store, predicate)
+        recs = judged_for(store, q)
     probed = sorted(recs, key=parse_version)
-    found = boundary_in(recs, all_releases)
+    found = question_boundary(recs, all_releases, q)
     last_good, first_bad, untested = found.last_good, found.first_bad, found.untested
 
     # explanation
@@ -118,7 +120,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     mitigation = store.document(MITIGATION)
 
     env = environment(recs, key, first_bad or probed[-1], SCRIPT)
-    elsewhere = other_targets(run_dir, key, first_bad, predicate) if first_bad else []
+    elsewhere = other_targets(run_dir, key, first_bad, q) if first_bad else []
     where = where_it_reproduces(env, elsewhere, first_bad)
     repro = write_repro(store, manifest, key, _without_reference(predicate), embed_limit, where)
     commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
@@ -128,8 +130,9 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "batch": {"digest": manifest["batch"]["digest"]},
         "outputs": key.get("outputs"),
         "session_options": key.get("session_options") or {},
+        "question": {**q.document(), "key": asked.key, "said": asked.said},
         "predicate": str(predicate),
-        "bad_means": predicate.words(_reference_label(manifest)),
+        "bad_means": q.words(),
         "symptom": " or ".join(dict.fromkeys(SYMPTOMS[c.kind] for c in predicate.conditions)),
         "environment": env,
         "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
@@ -157,16 +160,17 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     return doc
 
 
-def other_targets(run_dir: Path, key: dict, version: str, predicate: Predicate) -> list[dict]:
-    """Verdicts of `version` on the other targets that probed the same model and batch (next to this run)."""
-    from harness.session import judged_records
+def other_targets(run_dir: Path, key: dict, version: str, question) -> list[dict]:
+    """Verdicts of `version` on the other targets that probed the same model and batch (next to this run), under
+    `question` (a harness.summary.Question): a release reference is that run's own probe of the release."""
+    from harness.session import judged_for
 
     found = []
     for other in sorted(Path(run_dir).parent.glob("*/")):
         okey = (RunStore(other).manifest() or {}).get("key") or {}
         if other.name == Path(run_dir).name or (okey.get("model"), okey.get("batch")) != (key.get("model"), key.get("batch")):
             continue
-        rec = judged_records(RunStore(other), predicate).get(version)
+        rec = judged_for(RunStore(other), question).get(version)
         if rec and rec["verdict"] in ("good", "bad") and okey.get("session_options") == key.get("session_options"):
             found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
                           "version": version, "verdict": rec["verdict"], "why": rec["why"]})
@@ -367,9 +371,11 @@ def markdown(doc: dict) -> str:
     else:
         L.append("No good-to-bad boundary in the probed releases.")
     nv = doc["newest"]
-    if nv.get("verdict"):
+    if nv.get("verdict") in ("good", "bad"):
         still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
         L.append(f"\nIt is {still} in the newest release, {t(nv['version'])} ({t(nv['why'])}).")
+    elif nv.get("verdict"):  # an error or a skip says nothing of the problem
+        L.append(f"\nThe newest release, {t(nv['version'])}, could not be judged ({t(nv['verdict'])}: {t(nv['why'])}).")
     L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
     for p in doc["probes"]:
         mark = f"**{t(p['verdict'])}**" if p["version"] in (lg, fb) else t(p["verdict"])

@@ -85,7 +85,10 @@ CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harn
     "last_good": (str, _NONE), "first_bad": (str, _NONE), "last_bad": (str, _NONE), "first_good": (str, _NONE),
     "commits": (dict, _NONE), "untestable": (list,), "transitions": (list,), "predicate": (str,), "bad_means": (str,),
     "reference": (dict, _NONE), "refresh": (bool,), "cell": (dict,), "matrix": (dict,), "explanation": (dict, str),
-    "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,),
+    "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,), "question": (dict,),
+}
+CELL_QUESTION_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.Question.document
+    "predicate": (str,), "reference": (dict, _NONE), "mode": (str,), "range": (list,),
 }
 CELL_PROBE_FIELDS: dict[str, tuple[type, ...]] = {
     "version": (str,), "verdict": (str,), "why": (str, _NONE), "decided_by": (list,), "metrics": (dict,),
@@ -273,15 +276,23 @@ class CellDocument:
             if probe["verdict"] not in VERDICTS:
                 raise EvidenceError(what, f"probes[{i}].verdict", f"{probe['verdict'][:64]!r} is not a verdict")
         _check(what, doc["cell"], CELL_KEY_FIELDS, "cell.")
+        if "question" in doc:
+            _check(what, doc["question"], CELL_QUESTION_FIELDS, "question.")
+            q = doc["question"]
+            if "range" in q and not (len(q["range"]) == 2 and all(isinstance(v, str) for v in q["range"])):
+                raise EvidenceError(what, "question.range", "is not two release versions")
+            if q.get("mode", "regression") not in CELL_MODES:
+                raise EvidenceError(what, "question.mode", f"{str(q['mode'])[:64]!r} is not one of {', '.join(CELL_MODES)}")
         key = doc["cell"].get("key")
         if key is None:
             raise EvidenceError(what, "cell.key", "is missing")
         if len(key) > 200 or not CELL_KEY_RE.match(key):
             raise EvidenceError(what, "cell.key", f"{key[:64]!r} is not one file name")
-        predicate = doc.get("predicate")
-        if predicate is not None:
+        for predicate in (doc.get("predicate"), (doc.get("question") or {}).get("predicate")):
+            if predicate is None:
+                continue
             try:
                 parse_predicate(predicate)
             except UsageError as exc:
                 raise EvidenceError(what, "predicate", f"{predicate[:64]!r} is not a predicate ({exc})") from None
-        return cls(key, predicate, doc.get("generated"), doc)
+        return cls(key, doc.get("predicate"), doc.get("generated"), doc)

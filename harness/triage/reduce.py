@@ -15,9 +15,20 @@ computes (an fp16 tensor an fp32 island kept finite reads Inf once exposed).
    still flips, every tensor crossing the cut fed with values captured on L.
    Original node names, opset and domains are kept.
 
+Candidates are judged as the run's question judges (harness.session.asked_of_run),
+every predicate included. A question that compares with a reference compares
+each candidate too: with a reference file or the fp32 model, with the reference
+rows of the rows it keeps (only rows are reduced then: those values are of the
+model's outputs); with a reference release, with L's own outputs on the same
+candidate (good on L by construction, bad on B where B leaves L's values). The
+values B was compared with are kept beside the reduction (reference.npz).
+
 Every probe is recorded in results/<run>/reduced/probes.jsonl under the
-digest of its candidate, so a reduction that stops resumes without repeating
-one.
+digest of its candidate (and the question's key, when it compares), so a
+reduction that stops resumes without repeating one.
+
+This module holds one concept, the reduction: its search helpers, its checker
+and its steps.
 """
 
 from __future__ import annotations
@@ -33,11 +44,13 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.graphs import surgery
 from harness.graphs.subgraph import Graph, model_bytes, needed
+from harness.metrics import probe_metrics
 from harness.models.inputs import MASK_INPUT, bad_rows, take_rows
 from harness.probe import ProbeJob, Prober, serving
-from harness.results.store import REDUCED, WORK, RunStore
+from harness.results.store import REDUCED, WORK, RunStore, load_outputs
 from harness.verdicts import judge
 
 # --- pure search helpers -------------------------------------------------------------------------
@@ -116,22 +129,55 @@ def digest(*parts: bytes) -> str:
 
 
 @dataclass
+class Against:
+    """What the question of the reduced run compares a candidate's outputs with (reduce judges as the run did).
+
+    `rows`: per release, reference arrays aligned with the batch's rows (a reference file: the same for both
+    releases; the fp32 model: its outputs on each release), cut to the rows a candidate keeps: only the rows
+    can be reduced then, the reference being of the model's outputs. None: the reference is the last good
+    release's outputs on the candidate itself (a reference release), so the output may move to any tensor."""
+
+    id: str
+    label: str
+    kind: str
+    rows: dict[str, dict[str, np.ndarray]] | None
+    batch: dict[str, np.ndarray] = field(default_factory=dict)  # the full batch: token inputs trim the rows
+
+    def cut(self, version: str, kept: list[int] | None) -> dict[str, np.ndarray] | None:
+        """The reference rows of `kept` (all rows when None), trimmed as take_rows trims the batch."""
+        ref = (self.rows or {}).get(version)
+        if ref is None or kept is None:
+            return ref
+        mask = {MASK_INPUT: self.batch[MASK_INPUT]} if MASK_INPUT in self.batch else {}
+        return {k: v for k, v in take_rows({**ref, **mask}, kept).items() if k not in mask}
+
+
+NOT_COMPARED = "no reference values for this candidate (the last good release did not run it)"
+
+
+@dataclass
 class Checker:
-    """Judge candidates on the boundary pair: a flip is good on L and bad on B. Every probe is recorded."""
+    """Judge candidates on the boundary pair: a flip is good on L and bad on B. Every probe is recorded.
+
+    With `against`, each probe is compared with the question's reference before it is judged; the records
+    carry the question's key, so a reduction of another question of the run never reuses them."""
 
     plan: object  # harness.plan.Plan of the run (runner, job options, predicate)
     good: object  # Release
     bad: object  # Release
     store: RunStore
     log: Callable[[str], None] = lambda msg: None
+    against: Against | None = None
+    question: str | None = None  # the key of the question reduced (tags every record)
     reused: int = 0
+    reference_used: dict | None = None  # what B's last verdict was compared with (kept beside the reduction)
     _done: dict = field(default_factory=dict)
 
     def __post_init__(self):
         self._prober = Prober(self.plan.runner, self.store, self.plan.predicate)
         self._files = self.store.subdir("candidates")
         for rec in self.store.records():
-            if rec.get("candidate"):
+            if rec.get("candidate") and rec.get("question") == (self.question if self.against else rec.get("question")):
                 self._done[(rec["candidate"], rec["version"])] = rec
 
     @property
@@ -160,21 +206,45 @@ class Checker:
             inputs_path.write_bytes(data)
         return cid, model_path, inputs_path
 
-    def verdicts(self, model, arrays, outputs: tuple[str, ...] = ()) -> dict[str, str]:
+    def verdicts(self, model, arrays, outputs: tuple[str, ...] = (), kept: list[int] | None = None) -> dict[str, str]:
+        """The verdicts of a candidate on L and B; `kept`: the rows of the batch it keeps (None: all of them)."""
         cid, model_path, inputs_path = self.write(model, arrays)
         job = ProbeJob(model_path, inputs_path, outputs, self.plan.job.session_options, self.plan.job.timeout)
+        tags = {"candidate": cid, **({"question": self.question} if self.against and self.question else {})}
+        a = self.against
+        saved = {r.version: self._files / f"{cid}-{r.version}.npz" for r in (self.good, self.bad)}
 
-        def one(release):
+        def one(release, reference=None):
             rec = self._done.get((cid, release.version))
             if rec is not None:
                 self.reused += 1
                 return release.version, judge(rec, self.plan.predicate)["verdict"]
-            probed = self._prober.probe(release, job, tags={"candidate": cid}, outputs=None)
+            measure = None
+            if a is not None:
+                def measure(r: dict) -> dict:
+                    outs = load_outputs(saved[release.version])
+                    ref = outs if reference is None and release is self.good and a.rows is None else reference
+                    if ref is None or outs is None:
+                        return {**probe_metrics(r.get("result")), "comparison_error": NOT_COMPARED}
+                    return probe_metrics(r.get("result"), outs, ref, a.id)
+            probed = self._prober.probe(release, job, tags=tags, outputs=saved[release.version] if a else None,
+                                        measure=measure)
             self._done[(cid, release.version)] = probed.record
             return release.version, probed.verdict
 
+        if a is not None and a.rows is None:
+            # B is compared with L's outputs on this very candidate: L first (again when its outputs are gone)
+            if (cid, self.bad.version) not in self._done and not saved[self.good.version].exists():
+                self._done.pop((cid, self.good.version), None)
+            found = dict([one(self.good)])
+            self.reference_used = load_outputs(saved[self.good.version])
+            found.update([one(self.bad, self.reference_used)])
+            return found
+        if a is not None:
+            self.reference_used = a.cut(self.bad.version, kept)
         with serving(2) as pool:  # the pair at once
-            return dict(pool.map(one, (self.good, self.bad)))
+            refs = {r.version: a.cut(r.version, kept) if a else None for r in (self.good, self.bad)}
+            return dict(pool.map(lambda r: one(r, refs[r.version]), (self.good, self.bad)))
 
     def known(self, model: Path, arrays: dict[str, np.ndarray], records: dict[str, dict]) -> None:
         """Take the run's own probes of the unreduced model and batch (its search just made them, with the
@@ -185,8 +255,8 @@ class Checker:
             if rec is not None and rec.get("status") != "skip":
                 self._done.setdefault((cid, release.version), rec)
 
-    def flips(self, model, arrays, outputs: tuple[str, ...] = ()) -> bool:
-        v = self.verdicts(model, arrays, outputs)
+    def flips(self, model, arrays, outputs: tuple[str, ...] = (), kept: list[int] | None = None) -> bool:
+        v = self.verdicts(model, arrays, outputs, kept)
         return v[self.good.version] == "good" and v[self.bad.version] == "bad"
 
     def capture(self, model_path: Path, arrays: dict[str, np.ndarray], names: list[str],
@@ -214,7 +284,7 @@ def reduce_rows(checker: Checker, model: Path, arrays: dict[str, np.ndarray], hi
     rows = list(range(next(iter(arrays.values())).shape[0]))
 
     def flips(subset: list[int]) -> bool:
-        return checker.flips(model, take_rows(arrays, sorted(subset)), outputs)
+        return checker.flips(model, take_rows(arrays, sorted(subset)), outputs, sorted(subset))
 
     for r in hints:
         checker.log(f"rows: trying row {r} alone")
@@ -311,21 +381,28 @@ def reduce_positions(checker: Checker, model: onnx.ModelProto, arrays: dict[str,
     return take_positions(arrays, sorted(kept), length)
 
 
+class NoFlip(Exception):
+    """The full model does not flip between the pair on this target: nothing to reduce (probes ran)."""
+
+
 def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict[str, np.ndarray] | None,
-               store: RunStore, log=lambda msg: None, nodes: bool = True, known: dict[str, dict] | None = None) -> dict:
+               store: RunStore, log=lambda msg: None, nodes: bool = True, known: dict[str, dict] | None = None,
+               against: Against | None = None, question: dict | None = None) -> dict:
     """Rows, then nodes; the result verified once more on both releases and written to the store.
 
-    `known`: the run's own records of `good` and `bad` (version -> record) for this very job, reused as the
-    full model's verdicts instead of probing it again."""
+    `known`: the run's own records of `good` and `bad` (version -> record, judged as the question asks) for
+    this very job, reused as the full model's verdicts instead of probing it again. `against`: the question's
+    reference (its rows kept beside the reduced batch, reference.npz); `question`: its document and key."""
     t0 = time.perf_counter()
-    checker = Checker(plan, good, bad, store, log)
+    checker = Checker(plan, good, bad, store, log, against, (question or {}).get("key"))
+    nodes = nodes and (against is None or against.rows is None)  # a file's or the fp32 model's values are of the model's outputs
     model_path = Path(plan.job.model)
     outputs = tuple(plan.job.outputs)
     n_rows = next(iter(arrays.values())).shape[0]
     if known:
         checker.known(model_path, arrays, known)
     if not checker.flips(model_path, arrays, outputs):
-        raise ValueError(f"the full model does not flip between {good.version} and {bad.version} on this target")
+        raise NoFlip(f"the full model does not flip between {good.version} and {bad.version} on this target")
     hints = bad_rows(bad_outputs or {}, list(outputs) or None)
     rows = reduce_rows(checker, model_path, arrays, hints, outputs)
     kept = take_rows(arrays, rows)
@@ -342,10 +419,19 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
                 reduced_inputs = reduce_positions(checker, reduced_model, reduced_inputs)
                 positions["after"] = sequence_length(reduced_inputs)
     final = reduced_model if reduced_model is not None else model_path
-    verdicts = checker.verdicts(final, reduced_inputs, () if reduced_model is not None else outputs)
+    verdicts = checker.verdicts(final, reduced_inputs, () if reduced_model is not None else outputs,
+                                None if reduced_model is not None else rows)
     flips = verdicts[good.version] == "good" and verdicts[bad.version] == "bad"
     model_file = store.save_file("model.onnx", model_bytes(reduced_model)) if reduced_model is not None else None
     inputs_file = store.save_file("inputs.npz", npz_bytes(reduced_inputs))
+    reference = None
+    if against is not None:
+        used = checker.reference_used
+        ref_file = store.save_file("reference.npz", npz_bytes(used)) if used is not None else None
+        reference = {"kind": against.kind, "id": against.id, "label": against.label,
+                     "file": ref_file.name if ref_file else None,
+                     "values": (f"the outputs of {good.version} on the reduced model and inputs" if against.rows is None
+                                else f"the rows kept of {against.label}" + (f" on {bad.version}" if against.kind == "fp32" else ""))}
     doc = {
         "kind": "reduce",
         "pair": [good.version, bad.version],
@@ -359,6 +445,9 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
                   "outputs": [o.name for o in reduced_model.graph.output] if reduced_model is not None else list(outputs)},
         "inputs": {"file": inputs_file.name, "bytes": inputs_file.stat().st_size},
         "verified": {"verdicts": verdicts, "flips": flips},
+        "question": question,
+        "predicate": str(plan.predicate),
+        "reference": reference,
         "probes": {"made": checker.probes, "reused": checker.reused, "probe_seconds": round(checker.seconds, 3)},
         "seconds": round(time.perf_counter() - t0, 3),
         "provenance": plan.runner.provenance(),
@@ -370,54 +459,78 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
 
 
 def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=lambda msg: None,
-                     nodes: bool = True, command: list[str] | None = None) -> dict:
-    """Reduce the boundary a run found (results/<run>/reduced/); the run's own target and options.
+                     nodes: bool = True, command: list[str] | None = None, question: str | None = None,
+                     bad_if: str | None = None) -> dict:
+    """Reduce the boundary of a run's question (results/<run>/reduced/); the run's own target and options.
+
+    The question is the run document `question` names, else the newest (harness.session.asked_of_run);
+    `bad_if` asks another predicate over its range. Refusals (UsageError) come before any probe; NoFlip after.
 
     Every candidate runs on the same two releases: their workers serve one candidate after another
     (under emulation a worker's start is most of a tiny model's probe).
     """
-    with serving():
-        return _reduce_saved_run(run_dir, cache_dir, offline, log, nodes, command)
+    prepared = _prepare(Path(run_dir), cache_dir, offline, command, question, bad_if)
+    plan, good, bad = prepared["args"][:3]
+    log(f"reducing {plan.probe_inputs.model.name} between {good.version} (good) and {bad.version} (bad), "
+        f"answering {prepared['kwargs']['question']['said']}")
+    try:
+        with serving():
+            return reduce_run(*prepared["args"], log=log, nodes=nodes, **prepared["kwargs"])
+    except (UsageError, EnvironmentSkip) as exc:  # probes ran: a failure now, not bad input (exit 2)
+        raise HarnessError(f"reduce: {exc}") from None
 
 
-def _reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool, log, nodes: bool,
-                      command: list[str] | None) -> dict:
+def _prepare(run_dir: Path, cache_dir: Path, offline: bool, command: list[str] | None, key: str | None,
+             bad_if: str | None) -> dict:
+    """Everything a reduction needs, or the UsageError that refuses it: nothing is probed here."""
     import dataclasses
 
-    from harness.errors import UsageError
     from harness.models.inputs import load_npz
     from harness.plan import make_plan, spec_of_run
+    from harness.reference import FP32, FP32_SERIES, restored
     from harness.request import release_listing
     from harness.results.history import latest_by_version, own_records
-    from harness.session import boundary_in, judged_records
-    from harness.verdicts import parse_predicate
+    from harness.session import asked_of_run, judged_for, question_boundary
 
-    run_dir = Path(run_dir)
     store = RunStore(run_dir)
-    manifest = store.manifest() or {}
-    predicate = parse_predicate(manifest.get("predicate") or "nan-or-inf")
-    if predicate.needs_reference:
-        raise UsageError(f"{run_dir.name}: its predicate {predicate} needs a reference file; reduce judges by the "
-                         "outputs alone (nan-or-inf, nan, zero-rows, max-abs)")
-    records = judged_records(store, predicate)
+    asked = asked_of_run(store, key, bad_if)
+    q = asked.question
+    records = judged_for(store, q)
     if not records:
         raise UsageError(f"{run_dir.name}: no probes recorded, nothing to reduce")
-    found = boundary_in(records, release_listing(cache_dir, offline))
+    found = question_boundary(records, release_listing(cache_dir, offline), q)
     if not found.first_bad:
-        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to reduce between")
-    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad)
-    plan = make_plan(dataclasses.replace(spec, bad_if=str(predicate)), command)
+        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to reduce between "
+                         f"under {asked.said}")
+    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad, q)
+    plan = make_plan(dataclasses.replace(spec, from_=found.last_good, to=found.first_bad), command)
     good = next(r for r in plan.releases if r.version == found.last_good)
     bad = next(r for r in plan.releases if r.version == found.first_bad)
     arrays = load_npz(Path(plan.job.inputs))
+    against = None
+    if q.reference and q.predicate.needs_reference:
+        ref = restored(q.reference, store)
+        rows = None
+        if ref.kind == "file":
+            if ref.arrays is None:
+                raise UsageError(f"{run_dir.name}: its question compares with {ref.label}, and that file is not here "
+                                 "as it was digested")
+            rows = {good.version: ref.arrays, bad.version: ref.arrays}
+        elif ref.kind == FP32:
+            rows = {r.version: store.outputs(r.version, FP32_SERIES) for r in (good, bad)}
+            if any(v is None for v in rows.values()):
+                raise UsageError(f"{run_dir.name}: the fp32 model's outputs on {good.version} and {bad.version} "
+                                 "are not both in the run; run `bisect run` with --reference fp32 over them first")
+        against = Against(ref.id, ref.label, ref.kind, rows, arrays)
     saved = store.outputs_path(bad.version)
     bad_outputs = None
     if saved.exists():
         with np.load(saved) as data:
             bad_outputs = {k: data[k] for k in data.files}
-    reduced = RunStore.open(run_dir, REDUCED, {"reduces": run_dir.name}, {"predicate": str(predicate)},
+    reduced = RunStore.open(run_dir, REDUCED, {"reduces": run_dir.name}, {"predicate": str(q.predicate)},
                             command or ["bisect", "reduce", run_dir.name])
-    log(f"reducing {plan.probe_inputs.model.name} between {good.version} (good) and {bad.version} (bad)")
     own = latest_by_version(own_records(store.records()))
-    return reduce_run(plan, good, bad, arrays, bad_outputs, reduced, log, nodes,
-                      known={v: own[v] for v in (good.version, bad.version) if v in own})
+    known = {v: records[v] for v in (good.version, bad.version) if v in own and v in records}
+    return {"args": (plan, good, bad, arrays, bad_outputs, reduced),
+            "kwargs": {"known": known, "against": against, "question": {**q.document(), "key": asked.key,
+                                                                         "said": asked.said}}}
