@@ -63,7 +63,10 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
                       "digest": pi.model.digest, "data_files": [str(p) for p in pi.model.data_files]},
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest},
             "predicate": str(req.predicate),
-            "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label} if reference else None}
+            "reference": {"kind": reference.kind, "id": reference.id, "label": reference.label,
+                          # a file's path: the report's repro carries its values (checked against the id)
+                          **({"path": str(Path(spec.reference).resolve())} if reference.kind == "file" else {})}
+            if reference else None}
     store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
     timeout = spec.timeout
     if timeout is None:

@@ -27,13 +27,21 @@ from pathlib import Path
 from harness.errors import HarnessError, UsageError
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
+from harness.reference import FP32_SERIES, RELEASE_SERIES
 from harness.releases import packages
 from harness.releases.versions import parse_version
 from harness.report import escape
 from harness.report import repro as repro_mod
 from harness.report.repro import SCRIPT
 from harness.results.evidence import RUN_ID_RE
-from harness.results.store import EXPLANATION, REPORT, RunStore
+from harness.results.store import (
+    EXPLANATION,
+    OUTPUTS,
+    REPORT,
+    REPRO_BATCH,
+    RunStore,
+    load_outputs,
+)
 from harness.summary import build_of, compare_url
 from harness.verdicts import Predicate, parse_predicate
 
@@ -119,7 +127,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     env = environment(recs, key, first_bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, first_bad, predicate) if first_bad else []
     where = where_it_reproduces(env, elsewhere, first_bad)
-    repro = write_repro(store, manifest, key, _without_reference(predicate), embed_limit, where)
+    repro = write_repro(store, manifest, key, predicate, reference_values(store, manifest, first_bad), embed_limit,
+                        where)
     commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
     doc = {
         "run_id": run_dir.name,
@@ -256,9 +265,7 @@ def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
         inputs = inputs_mod.load_npz(inputs_file)
     except UsageError:
         return None
-    model = model_file.read_bytes()
-    if len(model) + len(repro_mod.npz_b64(inputs)) * 3 // 4 > embed_limit:
-        return None
+    model = model_file.read_bytes()  # inputs too big to embed go into the attachment (write_repro)
     return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
             "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
 
@@ -310,25 +317,99 @@ def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
             "inputs": inputs, "outputs": list(key.get("outputs") or []), "notes": [n for n in (model_note, batch_note) if n]}
 
 
-def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int,
-                where: str) -> dict:
-    reduced = _reduced_part(store, embed_limit)
+def reference_values(store: RunStore, manifest: dict, first_bad: str | None) -> dict | None:
+    """The values the run compared with, for its outputs, or None when this machine has them not.
+
+    A file: the one at the manifest's reference path when its digest is the reference's id. A release: that
+    release's saved outputs in the run. fp32: the fp32 model's saved outputs on the first bad release (what the
+    run judged it bad against). Every file is the run's own: a name out of outputs/ is not followed."""
+    ref = manifest.get("reference") or {}
+    kind, rid = ref.get("kind"), ref.get("id")
+    if not isinstance(rid, str):
+        return None
+    if kind == "file":
+        path = ref.get("path")
+        try:
+            arrays = inputs_mod.load_npz(Path(path), "--reference") if isinstance(path, str) else None
+        except UsageError:
+            return None
+        if arrays is None or rid != f"file:{inputs_mod.arrays_digest(arrays)[:16]}":
+            return None
+    else:
+        names = ([f"{rid.removeprefix('release:')}.npz", f"{rid.removeprefix('release:')}-{RELEASE_SERIES}.npz"]
+                 if kind == "release" else [f"{first_bad}-{FP32_SERIES}.npz"] if kind == "fp32" and first_bad else [])
+        files = [f for f in (_own_file(store.dir / OUTPUTS, n) for n in names) if f is not None]
+        arrays = load_outputs(files[0]) if files else None
+        if arrays is None:
+            return None
+    wanted = (manifest.get("key") or {}).get("outputs") or list(arrays)
+    return {k: arrays[k] for k in wanted if k in arrays}
+
+
+SCRIPT_LIMIT = 40_000  # characters of repro.py, so that the report holding it stays under REPORT_LIMIT
+REPORT_LIMIT = 60_000  # characters of the Markdown: GitHub refuses an issue body over 65,536
+
+
+def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, reference: dict | None,
+                embed_limit: int, where: str) -> dict:
+    """repro.py of the run's question (`predicate`, and `reference`: the values it compares with, by output), and
+    beside it the attachment (REPRO_BATCH) of what would make the script too long for a report."""
+    notes = []
+    if predicate.needs_reference and reference is None:
+        notes.append("the reference's values are not on the machine that made this report: the script judges "
+                     f"{_without_reference(predicate)}, not {predicate}.")
+        predicate = _without_reference(predicate)
+    # a reduction's outputs are other tensors than the reference's: with a reference, the repro is the full model
+    reduced = None if predicate.needs_reference else _reduced_part(store, embed_limit)
     full = _full_part(manifest, key, embed_limit)
+    full["reference"] = reference if predicate.needs_reference else None
+    full["notes"] += notes
     package = packages.of_key(key)
     title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
-    try:
-        script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
-                                  requirement=package.requirement("VERSION"),
-                                  providers=package.providers_request(),
-                                  session_options=key.get("session_options") or {},
-                                  where=where, reduced=reduced, full=full)
-    except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
-        raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
+    blobs = repro_mod.parts(reduced, full)
+
+    def make(attached: list[str]) -> tuple[str, bytes | None, dict | None]:
+        data = repro_mod.attachment({k: blobs[k] for k in attached}) if attached else None
+        info = {"file": REPRO_BATCH, "sha256": hashlib.sha256(data).hexdigest(), "parts": attached} if data else None
+        try:
+            text = repro_mod.script(title=title, predicate=predicate, bad_means=predicate.words(_reference_label(manifest)),
+                                    requirement=package.requirement("VERSION"),
+                                    providers=package.providers_request(),
+                                    session_options=key.get("session_options") or {},
+                                    where=where, reduced=reduced, full=full, attached=info)
+        except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
+            raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
+        return text, data, info
+
+    # what does not fit goes out: the arrays into the attachment (largest first), then the full model (it is the
+    # user's own file: given by path), then the reduced model into the attachment
+    attached: list[str] = []
+    script, data, info = make(attached)
+    arrays = sorted((k for k in repro_mod.ARRAY_PARTS if k in blobs), key=lambda k: -len(blobs[k]))
+    for move in [*arrays, "full_model", "reduced_model"]:
+        if len(script) <= SCRIPT_LIMIT:
+            break
+        if move == "full_model":
+            if full["model"] is None:
+                continue
+            full["model"] = None
+            full["notes"].append(f"the model file {full['file']} ({len(blobs.pop(move)):,} bytes) is not embedded, "
+                                 "to keep the report short: give it by path.")
+        elif move in blobs:
+            attached.append(move)
+        else:
+            continue
+        script, data, info = make(attached)
     store.save_file(SCRIPT, script)
+    if data is not None:
+        store.save_file(REPRO_BATCH, data)
+    else:
+        store.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
     return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
             "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
             "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
-            "script": script}
+            "predicate": str(predicate), "reference": reference is not None and predicate.needs_reference,
+            "attached": info and {**info, "bytes": len(data)}, "script": script}
 
 
 # --- Markdown ----------------------------------------------------------------------------------
@@ -340,9 +421,15 @@ def save(run_dir: Path, doc: dict) -> Path:
 
 
 def markdown(doc: dict) -> str:
-    """The report as Markdown. Every value of the evidence (names, versions, reasons, messages) is escaped where it
+    """The report as Markdown, under REPORT_LIMIT characters: with repro.py inside it when that fits, else saying
+    to attach the script. Every value of the evidence (names, versions, reasons, messages) is escaped where it
     lands (harness.report.escape): shown as it is, it makes no heading, link, HTML or table cell, and the
     code fences are longer than any backtick run they hold."""
+    text = _markdown(doc, paste_script=True)
+    return text if len(text) < REPORT_LIMIT else _markdown(doc, paste_script=False)
+
+
+def _markdown(doc: dict, paste_script: bool) -> str:
     t, code, prose = escape.md_text, escape.md_code, escape.md_prose
     env = doc["environment"]
     lg, fb = doc["last_good"], doc["first_bad"]
@@ -407,6 +494,10 @@ def markdown(doc: dict) -> str:
                  f"and bad on {t(red['pair'][1])} on the platform above. Only onnxruntime and numpy are needed:")
     else:
         L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+    if r.get("attached"):
+        a = r["attached"]
+        L += ["", f"Attach {code(a['file'])} ({a['bytes']:,} bytes, sha256 {code(a['sha256'])}) beside `{SCRIPT}`: "
+              f"it holds {t(', '.join(p.replace('_', ' ') for p in a['parts']))}, too big to paste here."]
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
@@ -419,8 +510,12 @@ def markdown(doc: dict) -> str:
     L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
-    L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"), "",
-          "</details>", ""]
+    if paste_script:
+        L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"),
+              "", "</details>", ""]
+    else:
+        L += [f"Attach `{SCRIPT}` too ({len(doc['repro']['script']):,} characters, sha256 "
+              f"{code(hashlib.sha256(doc['repro']['script'].encode()).hexdigest())}): too long to paste here.", ""]
     L += ["### System information", "", "| | |", "|---|---|"]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
             ("CPU flags", " ".join(map(str, env["cpu_flags"])) or "?"),
