@@ -181,3 +181,16 @@ def test_a_2_mb_batch_is_attached_beside_a_report_under_60000_characters(bisect,
     attached.write_bytes(bytes(damaged))
     out = builders.run_script(fresh_python("1.20.0"), script)
     assert out.returncode not in (0, 1) and "sha256 differs" in out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.release
+def test_the_repro_of_a_crash_question_is_bad_when_onnxruntime_kills_the_process(bisect, tmp_path, fresh_python):
+    model = builders.save(builders.expand_dims_crash_model(), tmp_path / "expand_dims.onnx")
+    np.savez(tmp_path / "batch.npz", x=np.ones((2, 4), np.float32))
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2", "--to",
+               "1.20.0", "--bad-if", "crash", "--json", results=results)
+    assert {p["verdict"] for p in r.json()["probes"]} == {"bad"}, r.stderr
+    _report(bisect, r.json()["run_id"], results)
+    out = builders.run_script(fresh_python("1.20.0"), results / r.json()["run_id"] / REPRO)
+    assert out.returncode == 1 and "bad (the process died by signal" in out.stdout, out.stdout + out.stderr
