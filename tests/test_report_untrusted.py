@@ -203,6 +203,22 @@ def test_a_manifest_naming_another_npz_as_the_batch_does_not_embed_it(run_dir, t
     assert consts["FULL_MODEL_B64"]  # the model is still the run's, and embedded
 
 
+def test_a_manifest_naming_another_npz_as_the_reference_does_not_embed_it(run_dir, tmp_path):
+    from harness.models.inputs import arrays_digest
+
+    secret = tmp_path / "home" / "other.npz"
+    secret.parent.mkdir()
+    arrays = {"y": np.frombuffer(SECRET, np.uint8)}
+    np.savez(secret, **arrays)
+    _edit_manifest(run_dir, lambda m: m.update(predicate="cosine<0.999", reference={
+        "kind": "file", "id": f"file:{arrays_digest(arrays)[:16]}", "label": "x", "path": str(secret)}))
+    doc, md, script = _report(run_dir)
+    consts = _constants(script)
+    assert consts["FULL_REFERENCE_NPZ_B64"] is None and not doc["repro"]["reference"]
+    assert all(SECRET not in data for data in _decoded(consts).values())
+    assert "the reference's values are not on the machine that made this report" in consts["__doc__"]
+
+
 @pytest.mark.parametrize("how", ["path out of the run", "link"])
 def test_a_reduction_naming_a_file_outside_the_run_does_not_embed_it(run_dir, tmp_path, how):
     secret = tmp_path / "home" / "id_ed25519"

@@ -322,7 +322,8 @@ def reference_values(store: RunStore, manifest: dict, first_bad: str | None) -> 
 
     A file: the one at the manifest's reference path when its digest is the reference's id. A release: that
     release's saved outputs in the run. fp32: the fp32 model's saved outputs on the first bad release (what the
-    run judged it bad against). Every file is the run's own: a name out of outputs/ is not followed."""
+    run judged it bad against). Either way only for the outputs the run saved of its own probes, shape for
+    shape; every file of the run is its own: a name out of outputs/ is not followed."""
     ref = manifest.get("reference") or {}
     kind, rid = ref.get("kind"), ref.get("id")
     if not isinstance(rid, str):
@@ -342,8 +343,14 @@ def reference_values(store: RunStore, manifest: dict, first_bad: str | None) -> 
         arrays = load_outputs(files[0]) if files else None
         if arrays is None:
             return None
-    wanted = (manifest.get("key") or {}).get("outputs") or list(arrays)
-    return {k: arrays[k] for k in wanted if k in arrays}
+    # values for the outputs the run saved, of their shapes: a manifest from elsewhere naming some other .npz of
+    # this machine (with its digest as the id) embeds nothing
+    probed = [first_bad, *(r["version"] for r in store.records() if r.get("status") == "ran" and not r.get("series"))]
+    saved = next((f for f in (_own_file(store.dir / OUTPUTS, f"{v}.npz") for v in probed if v) if f), None)
+    own = load_outputs(saved) if saved else None
+    if not own or any(k not in arrays or arrays[k].shape != v.shape for k, v in own.items()):
+        return None
+    return {k: arrays[k] for k in own}
 
 
 SCRIPT_LIMIT = 40_000  # characters of repro.py, so that the report holding it stays under REPORT_LIMIT
