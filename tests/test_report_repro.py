@@ -176,6 +176,12 @@ def test_a_2_mb_batch_is_attached_beside_a_report_under_60000_characters(bisect,
         out = builders.run_script(fresh_python(version), script)
         assert out.returncode == rc, out.stdout + out.stderr
         assert f"of {rows}" in out.stdout  # the whole batch, read from beside the script
+    # a script too long to paste is named for attaching too, with its sha256, and the report still fits
+    doc = _report(bisect, r.json()["run_id"], results)
+    long = "x = 1\n" * 20000
+    md = upstream.markdown({**doc, "repro": {**doc["repro"], "script": long}})
+    assert len(md) < 60_000 and "<summary>repro.py</summary>" not in md
+    assert f"Attach `{REPRO}` too (120,000 characters, sha256 `{hashlib.sha256(long.encode()).hexdigest()}`)" in md
     damaged = bytearray(attached.read_bytes())
     damaged[len(damaged) // 2] ^= 1
     attached.write_bytes(bytes(damaged))
