@@ -49,7 +49,8 @@ def _own_file(directory: Path, name) -> Path | None:
 
 
 def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
-    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit.
+    """The reduction of this run (`bisect reduce`), when it flips and its model fits the embed limit (inputs too
+    big to embed go into the attachment).
 
     Its model and inputs are files of the run's own reduced/ directory (a link or a path out of it is not
     followed): nothing of the machine the report is made on can be embedded through reduce.json."""
@@ -66,7 +67,7 @@ def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
         inputs = inputs_mod.load_npz(inputs_file)
     except UsageError:
         return None
-    model = model_file.read_bytes()  # inputs too big to embed go into the attachment (write_repro)
+    model = model_file.read_bytes()
     return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
             "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
 
@@ -178,7 +179,7 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 
     def make(attached: list[str]) -> tuple[str, bytes | None, dict | None]:
         data = repro_mod.attachment({k: blobs[k] for k in attached}) if attached else None
-        info = {"file": REPRO_BATCH, "sha256": hashlib.sha256(data).hexdigest(), "parts": attached} if data else None
+        info = {"file": REPRO_BATCH, "sha256": hashlib.sha256(data).hexdigest(), "parts": list(attached)} if data else None
         try:
             text = repro_mod.script(title=title, predicate=predicate, bad_means=predicate.words(reference_label(manifest)),
                                     requirement=package.requirement("VERSION"),
