@@ -67,6 +67,21 @@ def _edit_manifest(run_dir: Path, edit) -> None:
     path.write_text(json.dumps(doc))
 
 
+def _edit_question(run_dir: Path, predicate: str, reference: dict) -> None:
+    """Every run document of the run asks `predicate` against `reference` (what a tampered artifact could say)."""
+    cells = run_dir / "cells"
+    if not list(cells.glob("*.json")):  # records only: the run document a search would have kept beside them
+        cells.mkdir(exist_ok=True)
+        (cells / "asked.json").write_text(json.dumps({
+            "run_id": run_dir.name, "status": "found", "mode": "regression", "releases": ["1.19.2", "1.20.0"],
+            "probes": [], "cell": {"key": "asked"}, "generated": "2026-01-01T00:00:09Z"}))
+    for path in cells.glob("*.json"):
+        doc = json.loads(path.read_text())
+        doc["question"] = {**(doc.get("question") or {}), "predicate": predicate, "reference": reference}
+        doc.update(predicate=predicate, reference=reference)
+        path.write_text(json.dumps(doc))
+
+
 def _edit_records(run_dir: Path, edit) -> None:
     path = run_dir / "probes.jsonl"
     recs = [json.loads(x) for x in path.read_text().splitlines()]
@@ -201,6 +216,22 @@ def test_a_manifest_naming_another_npz_as_the_batch_does_not_embed_it(run_dir, t
                 assert "secret" not in z.files
     assert "the file at the run's batch path (other.npz) is not the run's batch" in consts["__doc__"]
     assert consts["FULL_MODEL_B64"]  # the model is still the run's, and embedded
+
+
+def test_a_manifest_naming_another_npz_as_the_reference_does_not_embed_it(run_dir, tmp_path):
+    from harness.models.inputs import arrays_digest
+
+    secret = tmp_path / "home" / "other.npz"
+    secret.parent.mkdir()
+    arrays = {"y": np.frombuffer(SECRET, np.uint8)}
+    np.savez(secret, **arrays)
+    _edit_question(run_dir, "cosine<0.999", {"kind": "file", "id": f"file:{arrays_digest(arrays)[:16]}", "label": "x",
+                                             "path": str(secret)})
+    doc, md, script = _report(run_dir)
+    consts = _constants(script)
+    assert consts["FULL_REFERENCE_NPZ_B64"] is None and not doc["repro"]["reference"]
+    assert all(SECRET not in data for data in _decoded(consts).values())
+    assert "the reference's values are not on the machine that made this report" in consts["__doc__"]
 
 
 @pytest.mark.parametrize("how", ["path out of the run", "link"])

@@ -5,16 +5,14 @@ explanation.json, mitigation.json, and the options matrices of the same model,
 batch and target in the same results directory); what is missing is made:
 a diff of the boundary pair when --explain did not run, a probe of the newest
 release when the run did not reach it (appended to the run's probes.jsonl like
-any probe). The repro script (results/<run>/repro.py) needs only onnxruntime
-and numpy: the batch is embedded (base64 .npz), the model too when it is small,
-else referenced by path and sha256. It exits 0 when good, 1 when bad.
+any probe). The repro script (results/<run>/repro.py, harness.report.repro_files)
+needs only onnxruntime and numpy and asks the run's question; it exits 0 when
+good, 1 when bad. The Markdown stays under REPORT_LIMIT characters: what does
+not fit is attached beside it, and the report says what to attach.
 
-The evidence may come from another machine. A file is embedded only when it is
-the run's: the model and batch named by the manifest when their digests are
-the run key's, the reduction's files when they are plain files of its own
-directory; else the script and the report say in one line why it is not. Every
-value reaches the script as data and the Markdown as escaped text
-(harness.report.escape).
+The evidence may come from another machine: a file is embedded only when it is
+the run's (harness.report.repro_files), every value reaches the script as data
+and the Markdown as escaped text (harness.report.escape).
 """
 
 from __future__ import annotations
@@ -24,25 +22,17 @@ import hashlib
 import json
 from pathlib import Path
 
-from harness.errors import HarnessError, UsageError
-from harness.models import inputs as inputs_mod
-from harness.models import registry as models
 from harness.releases import packages
 from harness.releases.versions import parse_version
 from harness.report import escape
-from harness.report import repro as repro_mod
 from harness.report.repro import SCRIPT
-from harness.results.evidence import RUN_ID_RE
-from harness.results.store import EXPLANATION, REPORT, RunStore
+from harness.report.repro_files import REPORT_LIMIT, reference_values, write_repro
+from harness.results.store import (
+    EXPLANATION,
+    REPORT,
+    RunStore,
+)
 from harness.summary import build_of, compare_url
-from harness.verdicts import Predicate
-
-
-def _without_reference(predicate: Predicate) -> Predicate:
-    """What a repro script can judge by itself: the conditions that need no reference (else the default)."""
-    own = tuple(c for c in predicate.conditions if not c.needs_reference)
-    return Predicate(own) if own else Predicate()
-
 
 SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
@@ -122,7 +112,8 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     env = environment(recs, key, first_bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, first_bad, q) if first_bad else []
     where = where_it_reproduces(env, elsewhere, first_bad)
-    repro = write_repro(store, manifest, key, _without_reference(predicate), embed_limit, where)
+    repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, first_bad), embed_limit,
+                        where, (q.reference or {}).get("label") or "the reference")
     commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
     doc = {
         "run_id": run_dir.name,
@@ -229,113 +220,6 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
     }
 
 
-# --- repro script --------------------------------------------------------------------------------
-
-
-def _own_file(directory: Path, name) -> Path | None:
-    """The file `name` directly in `directory` (a run's own file, named by one of its documents), or None when
-    the name is not a plain file name, or the file is a link or not a regular file inside the run."""
-    if not isinstance(name, str) or not RUN_ID_RE.match(name) or name != Path(name).name:
-        return None
-    path = directory / name
-    if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(directory.resolve()):
-        return None
-    return path
-
-
-def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
-    """The reduction of this run (`bisect reduce`), when it flips and fits the embed limit.
-
-    Its model and inputs are files of the run's own reduced/ directory (a link or a path out of it is not
-    followed): nothing of the machine the report is made on can be embedded through reduce.json."""
-    from harness.results.store import REDUCED
-
-    reduced = RunStore(store.dir / REDUCED)
-    doc = reduced.document("reduce")
-    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
-        return None
-    model_file, inputs_file = _own_file(reduced.dir, doc["model"]["file"]), _own_file(reduced.dir, doc["inputs"]["file"])
-    if model_file is None or inputs_file is None or model_file.stat().st_size > embed_limit:
-        return None
-    try:
-        inputs = inputs_mod.load_npz(inputs_file)
-    except UsageError:
-        return None
-    model = model_file.read_bytes()
-    if len(model) + len(repro_mod.npz_b64(inputs)) * 3 // 4 > embed_limit:
-        return None
-    return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
-            "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
-
-
-def _model_file(manifest: dict, key: dict, embed_limit: int) -> tuple[bytes | None, str | None, str | None]:
-    """(the model's bytes to embed or None, its file's sha256 or None, why it is not embedded or None).
-
-    The file at the manifest's model.path (and its data files) is taken for the run's model only when their
-    digest is the run key's: a manifest from elsewhere could name any file of this machine."""
-    model = manifest["model"]
-    path, data_files = Path(model["path"]), [Path(p) for p in model.get("data_files") or [] if isinstance(p, str)]
-    name = path.name
-    try:
-        if not all(f.is_file() for f in (path, *data_files)):
-            return None, None, f"the model file {name} is not on the machine that made this report: not embedded."
-        data = path.read_bytes() if path.stat().st_size <= embed_limit else None
-        hashes = [hashlib.sha256(data).hexdigest() if data is not None else models.file_sha256(path),
-                  *(models.file_sha256(f) for f in data_files)]
-    except OSError as exc:
-        return None, None, f"the model file {name} could not be read ({exc.strerror or exc}): not embedded."
-    if models.digest_of(hashes) != key.get("model"):
-        return None, None, (f"the file at the run's model path ({name}) is not the run's model (its digest is not "
-                            "the run key's): not embedded.")
-    return (None if data_files else data), hashes[0], None
-
-
-def _batch(manifest: dict, key: dict) -> tuple[dict | None, str | None]:
-    """(the run's batch, or None and why it is not embedded): the file at batch.path when its digest is the key's."""
-    path = Path(manifest["batch"]["path"])
-    try:
-        arrays = inputs_mod.load_npz(path, "batch.path")
-    except UsageError:
-        return None, f"the batch {path.name} is not a readable .npz on the machine that made this report: not embedded."
-    if inputs_mod.arrays_digest(arrays) != key.get("batch"):
-        return None, (f"the file at the run's batch path ({path.name}) is not the run's batch (its digest is not the "
-                      "run key's): not embedded.")
-    return arrays, None
-
-
-def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
-    data, sha256, model_note = _model_file(manifest, key, embed_limit)
-    inputs, batch_note = _batch(manifest, key)
-    hub = None
-    if manifest["model"].get("source") == "hub":
-        spec = models.registered().get(manifest["model"].get("name"))
-        if spec is not None:
-            hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
-    return {"model": data, "sha256": sha256, "file": Path(manifest["model"]["path"]).name, "hub": hub,
-            "inputs": inputs, "outputs": list(key.get("outputs") or []), "notes": [n for n in (model_note, batch_note) if n]}
-
-
-def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, embed_limit: int,
-                where: str) -> dict:
-    reduced = _reduced_part(store, embed_limit)
-    full = _full_part(manifest, key, embed_limit)
-    package = packages.of_key(key)
-    title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
-    try:
-        script = repro_mod.script(title=title, predicate=str(predicate), bad_means=predicate.words(),
-                                  requirement=package.requirement("VERSION"),
-                                  providers=package.providers_request(),
-                                  session_options=key.get("session_options") or {},
-                                  where=where, reduced=reduced, full=full)
-    except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
-        raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
-    store.save_file(SCRIPT, script)
-    return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
-            "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
-            "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
-            "script": script}
-
-
 # --- Markdown ----------------------------------------------------------------------------------
 
 
@@ -345,9 +229,15 @@ def save(run_dir: Path, doc: dict) -> Path:
 
 
 def markdown(doc: dict) -> str:
-    """The report as Markdown. Every value of the evidence (names, versions, reasons, messages) is escaped where it
+    """The report as Markdown, under REPORT_LIMIT characters: with repro.py inside it when that fits, else saying
+    to attach the script. Every value of the evidence (names, versions, reasons, messages) is escaped where it
     lands (harness.report.escape): shown as it is, it makes no heading, link, HTML or table cell, and the
     code fences are longer than any backtick run they hold."""
+    text = _markdown(doc, paste_script=True)
+    return text if len(text) < REPORT_LIMIT else _markdown(doc, paste_script=False)
+
+
+def _markdown(doc: dict, paste_script: bool) -> str:
     t, code, prose = escape.md_text, escape.md_code, escape.md_prose
     env = doc["environment"]
     lg, fb = doc["last_good"], doc["first_bad"]
@@ -414,6 +304,10 @@ def markdown(doc: dict) -> str:
                  f"and bad on {t(red['pair'][1])} on the platform above. Only onnxruntime and numpy are needed:")
     else:
         L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+    if r.get("attached"):
+        a = r["attached"]
+        L += ["", f"Attach {code(a['file'])} ({a['bytes']:,} bytes, sha256 {code(a['sha256'])}) beside `{SCRIPT}`: "
+              f"it holds {t(', '.join(p.replace('_', ' ') for p in a['parts']))}, too big to paste here."]
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
@@ -426,8 +320,12 @@ def markdown(doc: dict) -> str:
     L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
-    L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"), "",
-          "</details>", ""]
+    if paste_script:
+        L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"),
+              "", "</details>", ""]
+    else:
+        L += [f"Attach `{SCRIPT}` too ({len(doc['repro']['script']):,} characters, sha256 "
+              f"{code(hashlib.sha256(doc['repro']['script'].encode()).hexdigest())}): too long to paste here.", ""]
     L += ["### System information", "", "| | |", "|---|---|"]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
             ("CPU flags", " ".join(map(str, env["cpu_flags"])) or "?"),

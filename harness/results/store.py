@@ -10,6 +10,7 @@
     results/<run-id>/explanation.json  what changed at the boundary (trace diff, suspect node)
     results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
+    results/<run-id>/repro-batch.npz  what the report's repro.py reads from beside it, when too big to embed
     results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
 
 Only this module decides where those files go; the rest asks the store.
@@ -72,13 +73,14 @@ LOCK = "probes.lock"  # flock'd by every writer of probes.jsonl and quarantine.j
 EXPLANATION = "explanation"
 REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
 REPRO = "repro.py"  # the report's repro script
+REPRO_BATCH = "repro-batch.npz"  # what the repro script reads from beside it: the parts too big for a report
 OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
 REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
-SIDE_FILES = (REPORT, REPRO)  # remade from the whole evidence: merge keeps the newer copy (mtime)
+SIDE_FILES = (REPORT, REPRO, REPRO_BATCH)  # remade from the whole evidence: merge keeps the newer copy (mtime)
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -363,6 +365,10 @@ class RunStore:
         path = self.dir / name
         write_atomic(path, content)
         return path
+
+    def remove_file(self, name: str) -> None:
+        """A file made for this run that no longer holds (the attachment of an earlier repro script)."""
+        (self.dir / name).unlink(missing_ok=True)
 
     def chart_path(self, name: str) -> Path:
         """Where a chart of the whole run goes (drift.svg); the caller draws it."""

@@ -1,0 +1,219 @@
+"""What of a run goes into its repro script, and what goes beside it.
+
+The run's question (its predicate, and the reference values it compared with) and its files: the model and
+batch named by the manifest when their digests are the run key's, a reduction's files when they are plain
+files of its own reduced/ directory, a reference's values when they are the run's. What would make the
+script too long for a paste-ready report goes into one attachment beside it (REPRO_BATCH). The script's
+text is harness.report.repro's.
+
+The evidence may come from another machine: a file is embedded only when it is the run's, else the
+script and the report say in one line why it is not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from harness.errors import HarnessError, UsageError
+from harness.models import inputs as inputs_mod
+from harness.models import registry as models
+from harness.reference import FP32_SERIES, RELEASE_SERIES
+from harness.releases import packages
+from harness.report import repro as repro_mod
+from harness.report.repro import SCRIPT
+from harness.results.evidence import RUN_ID_RE
+from harness.results.store import OUTPUTS, REPRO_BATCH, RunStore, load_outputs
+from harness.verdicts import Predicate
+
+
+def _without_reference(predicate: Predicate) -> Predicate:
+    """What a repro script can judge by itself: the conditions that need no reference (else the default)."""
+    own = tuple(c for c in predicate.conditions if not c.needs_reference)
+    return Predicate(own) if own else Predicate()
+
+
+def _own_file(directory: Path, name) -> Path | None:
+    """The file `name` directly in `directory` (a run's own file, named by one of its documents), or None when
+    the name is not a plain file name, or the file is a link or not a regular file inside the run."""
+    if not isinstance(name, str) or not RUN_ID_RE.match(name) or name != Path(name).name:
+        return None
+    path = directory / name
+    if path.is_symlink() or not path.is_file() or not path.resolve().is_relative_to(directory.resolve()):
+        return None
+    return path
+
+
+def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
+    """The reduction of this run (`bisect reduce`), when it flips and its model fits the embed limit (inputs too
+    big to embed go into the attachment).
+
+    Its model and inputs are files of the run's own reduced/ directory (a link or a path out of it is not
+    followed): nothing of the machine the report is made on can be embedded through reduce.json."""
+    from harness.results.store import REDUCED
+
+    reduced = RunStore(store.dir / REDUCED)
+    doc = reduced.document("reduce")
+    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
+        return None
+    model_file, inputs_file = _own_file(reduced.dir, doc["model"]["file"]), _own_file(reduced.dir, doc["inputs"]["file"])
+    if model_file is None or inputs_file is None or model_file.stat().st_size > embed_limit:
+        return None
+    try:
+        inputs = inputs_mod.load_npz(inputs_file)
+    except UsageError:
+        return None
+    model = model_file.read_bytes()
+    return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
+            "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
+
+
+def _model_file(manifest: dict, key: dict, embed_limit: int) -> tuple[bytes | None, str | None, str | None]:
+    """(the model's bytes to embed or None, its file's sha256 or None, why it is not embedded or None).
+
+    The file at the manifest's model.path (and its data files) is taken for the run's model only when their
+    digest is the run key's: a manifest from elsewhere could name any file of this machine."""
+    model = manifest["model"]
+    path, data_files = Path(model["path"]), [Path(p) for p in model.get("data_files") or [] if isinstance(p, str)]
+    name = path.name
+    try:
+        if not all(f.is_file() for f in (path, *data_files)):
+            return None, None, f"the model file {name} is not on the machine that made this report: not embedded."
+        data = path.read_bytes() if path.stat().st_size <= embed_limit else None
+        hashes = [hashlib.sha256(data).hexdigest() if data is not None else models.file_sha256(path),
+                  *(models.file_sha256(f) for f in data_files)]
+    except OSError as exc:
+        return None, None, f"the model file {name} could not be read ({exc.strerror or exc}): not embedded."
+    if models.digest_of(hashes) != key.get("model"):
+        return None, None, (f"the file at the run's model path ({name}) is not the run's model (its digest is not "
+                            "the run key's): not embedded.")
+    return (None if data_files else data), hashes[0], None
+
+
+def _batch(manifest: dict, key: dict) -> tuple[dict | None, str | None]:
+    """(the run's batch, or None and why it is not embedded): the file at batch.path when its digest is the key's."""
+    path = Path(manifest["batch"]["path"])
+    try:
+        arrays = inputs_mod.load_npz(path, "batch.path")
+    except UsageError:
+        return None, f"the batch {path.name} is not a readable .npz on the machine that made this report: not embedded."
+    if inputs_mod.arrays_digest(arrays) != key.get("batch"):
+        return None, (f"the file at the run's batch path ({path.name}) is not the run's batch (its digest is not the "
+                      "run key's): not embedded.")
+    return arrays, None
+
+
+def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
+    data, sha256, model_note = _model_file(manifest, key, embed_limit)
+    inputs, batch_note = _batch(manifest, key)
+    hub = None
+    if manifest["model"].get("source") == "hub":
+        spec = models.registered().get(manifest["model"].get("name"))
+        if spec is not None:
+            hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
+    return {"model": data, "sha256": sha256, "file": Path(manifest["model"]["path"]).name, "hub": hub,
+            "inputs": inputs, "outputs": list(key.get("outputs") or []), "notes": [n for n in (model_note, batch_note) if n]}
+
+
+def reference_values(store: RunStore, ref: dict | None, first_bad: str | None) -> dict | None:
+    """The values the question `ref` (its reference's kind, id and a file's path, as its run document keeps
+    them) compared with, for the run's outputs, or None when this machine has them not.
+
+    A file: the one at the reference's path when its digest is the reference's id. A release: that
+    release's saved outputs in the run. fp32: the fp32 model's saved outputs on the first bad release (what the
+    run judged it bad against). Either way only for the outputs the run saved of its own probes, shape for
+    shape; every file of the run is its own: a name out of outputs/ is not followed."""
+    ref = ref or {}
+    kind, rid = ref.get("kind"), ref.get("id")
+    if not isinstance(rid, str):
+        return None
+    if kind == "file":
+        path = ref.get("path")
+        try:
+            arrays = inputs_mod.load_npz(Path(path), "--reference") if isinstance(path, str) else None
+        except UsageError:
+            return None
+        if arrays is None or rid != f"file:{inputs_mod.arrays_digest(arrays)[:16]}":
+            return None
+    else:
+        names = ([f"{rid.removeprefix('release:')}.npz", f"{rid.removeprefix('release:')}-{RELEASE_SERIES}.npz"]
+                 if kind == "release" else [f"{first_bad}-{FP32_SERIES}.npz"] if kind == "fp32" and first_bad else [])
+        files = [f for f in (_own_file(store.dir / OUTPUTS, n) for n in names) if f is not None]
+        arrays = load_outputs(files[0]) if files else None
+        if arrays is None:
+            return None
+    # values for the outputs the run saved, of their shapes: a manifest from elsewhere naming some other .npz of
+    # this machine (with its digest as the id) embeds nothing
+    probed = [first_bad, *(r["version"] for r in store.records() if r.get("status") == "ran" and not r.get("series"))]
+    saved = next((f for f in (_own_file(store.dir / OUTPUTS, f"{v}.npz") for v in probed if v) if f), None)
+    own = load_outputs(saved) if saved else None
+    if not own or any(k not in arrays or arrays[k].shape != v.shape for k, v in own.items()):
+        return None
+    return {k: arrays[k] for k in own}
+
+
+SCRIPT_LIMIT = 40_000  # characters of repro.py, so that the report holding it stays under REPORT_LIMIT
+REPORT_LIMIT = 60_000  # characters of the Markdown: GitHub refuses an issue body over 65,536
+
+
+def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, reference: dict | None,
+                embed_limit: int, where: str, reference_label: str = "the reference") -> dict:
+    """repro.py of the run's question (`predicate`, and `reference`: the values it compares with, by output, named
+    `reference_label` in the script's words), and beside it the attachment (REPRO_BATCH) of what would make the
+    script too long for a report."""
+    notes = []
+    if predicate.needs_reference and reference is None:
+        notes.append("the reference's values are not on the machine that made this report: the script judges "
+                     f"{_without_reference(predicate)}, not {predicate}.")
+        predicate = _without_reference(predicate)
+    # a reduction's outputs are other tensors than the reference's: with a reference, the repro is the full model
+    reduced = None if predicate.needs_reference else _reduced_part(store, embed_limit)
+    full = _full_part(manifest, key, embed_limit)
+    full["reference"] = reference if predicate.needs_reference else None
+    full["notes"] += notes
+    package = packages.of_key(key)
+    title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
+    blobs = repro_mod.parts(reduced, full)
+
+    def make(attached: list[str]) -> tuple[str, bytes | None, dict | None]:
+        data = repro_mod.attachment({k: blobs[k] for k in attached}) if attached else None
+        info = {"file": REPRO_BATCH, "sha256": hashlib.sha256(data).hexdigest(), "parts": list(attached)} if data else None
+        try:
+            text = repro_mod.script(title=title, predicate=predicate, bad_means=predicate.words(reference_label),
+                                    requirement=package.requirement("VERSION"),
+                                    providers=package.providers_request(),
+                                    session_options=key.get("session_options") or {},
+                                    where=where, reduced=reduced, full=full, attached=info)
+        except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
+            raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
+        return text, data, info
+
+    # what does not fit goes out: the arrays into the attachment (largest first), then the full model (it is the
+    # user's own file: given by path), then the reduced model into the attachment
+    attached: list[str] = []
+    script, data, info = make(attached)
+    arrays = sorted((k for k in repro_mod.ARRAY_PARTS if k in blobs), key=lambda k: -len(blobs[k]))
+    for move in [*arrays, "full_model", "reduced_model"]:
+        if len(script) <= SCRIPT_LIMIT:
+            break
+        if move == "full_model":
+            if full["model"] is None:
+                continue
+            full["model"] = None
+            full["notes"].append(f"the model file {full['file']} ({len(blobs.pop(move)):,} bytes) is not embedded, "
+                                 "to keep the report short: give it by path.")
+        elif move in blobs:
+            attached.append(move)
+        else:
+            continue
+        script, data, info = make(attached)
+    store.save_file(SCRIPT, script)
+    if data is not None:
+        store.save_file(REPRO_BATCH, data)
+    else:
+        store.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
+    return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
+            "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
+            "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
+            "predicate": str(predicate), "reference": reference is not None and predicate.needs_reference,
+            "attached": info and {**info, "bytes": len(data)}, "script": script}

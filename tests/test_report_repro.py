@@ -1,0 +1,208 @@
+"""The report's repro script asks the run's question, and the report fits where it is pasted.
+
+The script judges with the run's conditions and bounds, against the reference values the run compared with
+(a file's, a reference release's, the fp32 model's), measuring with the harness's own functions; a batch too
+big for a report is attached beside it. Checked on the same arrays against harness.verdicts, and on real
+releases in fresh environments: exit 0 on the last good release, 1 on the first bad.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import subprocess
+import textwrap
+
+import builders
+import numpy as np
+import pytest
+
+from harness import verdicts, worker
+from harness.report import repro, upstream
+from harness.results.store import REPRO, REPRO_BATCH
+
+# -- the script's judgement is the harness's -------------------------------------------------------------
+
+REFERENCE = {"y": np.linspace(-2, 2, 24, dtype=np.float32).reshape(4, 6)}
+
+
+def _cases() -> dict[str, dict[str, np.ndarray]]:
+    """Outputs of one model, named by what they show against REFERENCE."""
+    y = REFERENCE["y"]
+    nan, zero, drift = y.copy(), y.copy(), y.copy()
+    nan[2, 1] = np.nan
+    zero[3] = 0
+    drift[1] += 1e-3
+    return {"same": {"y": y.copy()}, "one ulp": {"y": np.nextafter(y, np.float32(np.inf))},
+            "drift 1e-3": {"y": drift}, "flipped": {"y": -y}, "a NaN row": {"y": nan}, "an all-zero row": {"y": zero},
+            "fp16 near the ceiling": {"y": (y * 30000).astype(np.float16)},
+            "another shape": {"y": y[:, :3].copy()}, "big": {"y": y * 1e4}}
+
+
+PREDICATES = ["rel-diff>1e-3@1e-5", "abs-diff>1e-4", "nan-or-inf", "nan", "zero-rows", "max-abs>10", "headroom>0.5", "error", "crash", "cosine<0.999",
+              "rel-diff>1e-3", "rel-diff>1e-6", "error,cosine<0.999", "nan,max-abs>1e3"]
+
+
+def _script_judge():
+    """The judge as the script holds it, run as the script runs it (numpy and hashlib only)."""
+    namespace = {"np": np, "hashlib": hashlib}
+    exec(compile(repro.judge_source(), "repro.py", "exec"), namespace)  # the project's own text, not evidence
+    return namespace
+
+
+def _harness_verdict(outputs: dict, predicate: str, reference: dict | None) -> str:
+    names, values, feeds = list(outputs), list(outputs.values()), {"x": np.zeros((4, 2), np.float32)}
+    record = {"status": "ran", "result": {"outputs": [worker.output_stats(np, n, v) for n, v in outputs.items()],
+                                          "rows": worker.rows_summary(np, feeds, names, values)}}
+    return verdicts.judge(record, verdicts.parse_predicate(predicate), reference, outputs if reference else None,
+                          "ref")["verdict"]
+
+
+@pytest.mark.parametrize("predicate", PREDICATES)
+def test_the_scripts_judge_gives_the_harness_verdict_on_the_same_arrays(predicate):
+    ns = _script_judge()
+    pred = verdicts.parse_predicate(predicate)
+    reference = REFERENCE if pred.needs_reference else None
+    for case, outputs in _cases().items():
+        verdict, why = ns["judge"](list(outputs), list(outputs.values()), {"x": np.zeros((4, 2), np.float32)},
+                                   reference, [[c.kind, c.bound, c.floor] for c in pred.conditions])
+        harness = _harness_verdict(outputs, predicate, reference)
+        assert {"good": "good", "bad": "bad", None: "error"}[verdict] == harness, (case, why)
+        assert why == verdicts.judge({"status": "ran", "result": {
+            "outputs": [worker.output_stats(np, n, v) for n, v in outputs.items()],
+            "rows": worker.rows_summary(np, {"x": np.zeros((4, 2))}, list(outputs), list(outputs.values()))}},
+            pred, reference, outputs if reference else None, "ref")["why"], case
+
+
+def test_every_condition_a_run_takes_is_one_entry_of_the_scripts_table_and_abs_diff_is_there():
+    ns = _script_judge()
+    # every condition is measured by the harness's own verdicts._measure, copied in: one table, not two
+    own = ast.unparse(repro._unannotated(ast.parse(textwrap.dedent(inspect.getsource(verdicts._measure))).body[0]))
+    assert own.replace("def _measure(", "def measure(", 1) in repro.judge_source()
+    assert set(verdicts.CONDITIONS) >= {"abs-diff", "rel-diff", "cosine", "error", "crash"}
+    # abs-diff: max |a - b| over the values finite in both
+    for case, outputs in _cases().items():
+        a, r = outputs["y"].astype(np.float64), REFERENCE["y"].astype(np.float64)
+        if a.shape != r.shape or case == "a NaN row":  # non-finite where the reference is finite: bad, as the harness says
+            continue
+        both = np.isfinite(a) & np.isfinite(r)
+        want = float(np.abs(a - r)[both].max())
+        for bound, bad in ((want * 0.99, want > 0), (want * 1.01 + 1e-12, False)):
+            verdict, why = ns["judge"](["y"], [outputs["y"]], {"x": np.zeros((4, 2))}, REFERENCE, [["abs-diff", bound, None]])
+            assert verdict == ("bad" if bad else "good"), (case, why)
+            if "abs-diff" in verdicts.CONDITIONS and case != "a NaN row":  # once the harness judges abs-diff too
+                assert _harness_verdict(outputs, f"abs-diff>{bound!r}", REFERENCE) == verdict, case
+
+
+# -- real releases: the question travels ---------------------------------------------------------------------
+
+
+def _norm_rounding(tmp_path):
+    """norm_rounding: finite on every release, its outputs change at 1.20.0 (see tests/builders.py)."""
+    model = builders.save(builders.norm_rounding_model(), tmp_path / "norm_rounding.onnx")
+    np.savez(tmp_path / "batch.npz", **builders.norm_rounding_inputs())
+    return model, tmp_path / "batch.npz"
+
+
+def _outputs_on(python, model, batch, dest):
+    """The model's outputs on the release of `python` (a fresh environment), saved as a reference file."""
+    code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1], "
+            "providers=['CPUExecutionProvider']); f = dict(np.load(sys.argv[2])); "
+            "np.savez(sys.argv[3], **dict(zip([o.name for o in s.get_outputs()], s.run(None, f))))")
+    subprocess.run([str(python), "-c", code, str(model), str(batch), str(dest)], check=True, capture_output=True)
+    return dest
+
+
+def _report(bisect, run_id, results):
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe",
+                 "--format", "json")
+    assert rep.returncode == 0, rep.stderr
+    return json.loads(rep.stdout)
+
+
+QUESTIONS = {
+    "reference release": lambda tmp, model, batch, py: ("--reference-release", "1.19.2", "--bad-if", "cosine<0.999"),
+    "reference file": lambda tmp, model, batch, py: (
+        "--reference", str(_outputs_on(py("1.19.2"), model, batch, tmp / "ref.npz")), "--bad-if", "rel-diff>0.01"),
+    "fp32": lambda tmp, model, batch, py: ("--reference", "fp32", "--bad-if", "cosine<0.999"),
+}
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("question", sorted(QUESTIONS))
+def test_the_repro_of_a_reference_question_is_good_on_the_last_good_release_and_bad_on_the_first_bad(
+        question, bisect, tmp_path, fresh_python):
+    model, batch = _norm_rounding(tmp_path)
+    results = tmp_path / "results"
+    asked = QUESTIONS[question](tmp_path, model, batch, fresh_python)
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", *asked,
+               "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    assert (r.json()["last_good"], r.json()["first_bad"]) == ("1.19.2", "1.20.0")
+    doc = _report(bisect, r.json()["run_id"], results)
+    script = results / r.json()["run_id"] / REPRO
+    measure = asked[-1].split("<")[0].split(">")[0]
+    words = {"cosine": "worst row's cosine", "rel-diff": "max relative difference"}[measure]
+    for version, verdict, rc in (("1.20.0", "bad", 1), ("1.19.2", "good", 0)):
+        out = builders.run_script(fresh_python(version), script)
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict} ({words}"), out.stdout
+    assert doc["repro"]["predicate"] == asked[-1] and doc["repro"]["reference"], doc["repro"]["notes"]
+
+
+# -- a report fits in an issue -----------------------------------------------------------------------------
+
+
+@pytest.mark.release
+def test_a_2_mb_batch_is_attached_beside_a_report_under_60000_characters(bisect, tmp_path, fresh_python):
+    model = builders.save(builders.residual_norm_model(), tmp_path / "residual_norm.onnx")
+    rows = 131072  # x 8 fp16 values: 2 MB, noise that does not compress
+    x = np.random.default_rng(3).uniform(-1, 1, (rows, 8)).astype(np.float16)
+    x[:4] = builders.residual_norm_inputs()["x"]  # two rows that overflow from 1.20.0 on
+    np.savez(tmp_path / "batch.npz", x=x)
+    assert (tmp_path / "batch.npz").stat().st_size >= 2 << 20
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2", "--to",
+               "1.20.0", "--json", results=results)
+    assert r.returncode == 0 and r.json()["first_bad"] == "1.20.0", r.stderr
+    run_dir = results / r.json()["run_id"]
+    rep = bisect("report", r.json()["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    md = (run_dir / "report.md").read_text()
+    assert len(md) < upstream.REPORT_LIMIT == 60_000 and len(rep.stdout) < 60_000
+    attached = run_dir / REPRO_BATCH
+    sha = hashlib.sha256(attached.read_bytes()).hexdigest()
+    assert [line for line in md.splitlines() if line.startswith(f"Attach `{REPRO_BATCH}`") and sha in line]
+    assert "<summary>repro.py</summary>" in md  # the script itself is pasted, the batch is not
+    script = run_dir / REPRO
+    for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
+        out = builders.run_script(fresh_python(version), script)
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert f"of {rows}" in out.stdout  # the whole batch, read from beside the script
+    # a script too long to paste is named for attaching too, with its sha256, and the report still fits
+    doc = _report(bisect, r.json()["run_id"], results)
+    long = "x = 1\n" * 20000
+    md = upstream.markdown({**doc, "repro": {**doc["repro"], "script": long}})
+    assert len(md) < 60_000 and "<summary>repro.py</summary>" not in md
+    assert f"Attach `{REPRO}` too (120,000 characters, sha256 `{hashlib.sha256(long.encode()).hexdigest()}`)" in md
+    damaged = bytearray(attached.read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    attached.write_bytes(bytes(damaged))
+    out = builders.run_script(fresh_python("1.20.0"), script)
+    assert out.returncode not in (0, 1) and "sha256 differs" in out.stderr, out.stdout + out.stderr
+
+
+@pytest.mark.release
+def test_the_repro_of_a_crash_question_is_bad_when_onnxruntime_kills_the_process(bisect, tmp_path, fresh_python):
+    model = builders.save(builders.expand_dims_crash_model(), tmp_path / "expand_dims.onnx")
+    np.savez(tmp_path / "batch.npz", x=np.ones((2, 4), np.float32))
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2", "--to",
+               "1.20.0", "--bad-if", "crash", "--json", results=results)
+    assert {p["verdict"] for p in r.json()["probes"]} == {"bad"}, r.stderr
+    _report(bisect, r.json()["run_id"], results)
+    out = builders.run_script(fresh_python("1.20.0"), results / r.json()["run_id"] / REPRO)
+    assert out.returncode == 1 and "bad (the process died by signal" in out.stdout, out.stdout + out.stderr
