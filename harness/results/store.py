@@ -10,7 +10,7 @@
     results/<run-id>/explanation.json  what changed at the boundary (trace diff, suspect node)
     results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
-    results/<run-id>/repro-batch.npz  what the report's repro.py reads from beside it, when too big to embed
+    results/<run-id>/repro-batch.zip  what the report's repro.py reads from beside it, when too big to embed
     results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
 
 Only this module decides where those files go; the rest asks the store.
@@ -73,7 +73,7 @@ LOCK = "probes.lock"  # flock'd by every writer of probes.jsonl and quarantine.j
 EXPLANATION = "explanation"
 REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
 REPRO = "repro.py"  # the report's repro script
-REPRO_BATCH = "repro-batch.npz"  # what the repro script reads from beside it: the parts too big for a report
+REPRO_BATCH = "repro-batch.zip"  # the parts too big for a report, beside the script: an .npz (a zip) named so GitHub takes it as an attachment
 OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
