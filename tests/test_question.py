@@ -304,3 +304,43 @@ def test_the_reports_probe_of_the_newest_release_compares_it_with_the_runs_refer
     assert (doc["last_good"], doc["first_bad"]) == (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
     assert doc["newest"]["verdict"] == "bad" and "no comparison" not in doc["newest"]["why"], doc["newest"]
     assert f"answering question {run['cell']['key']}" in rep.stderr
+
+
+def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_without_cutting_rows(tmp_path, listing, monkeypatch):
+    """silero-vad's batch: input [N, 512], state [2, N, 128], sr a scalar. Its inputs share no row axis, so
+    the rows are kept whole (cutting axis 0 of each raised IndexError on the scalar) and nodes still reduce."""
+    from onnx import TensorProto, helper
+
+    import harness.plan
+    from harness.models.inputs import batch_rows
+    from harness.triage.reduce import reduce_saved_run
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["sr"], ["srf"], to=TensorProto.FLOAT),
+         helper.make_node("Add", ["input", "srf"], ["s"]), helper.make_node("Relu", ["s"], ["output"]),
+         helper.make_node("Identity", ["state"], ["stateN"])], "vad",
+        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "N", 3]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["N", 4]),
+         helper.make_tensor_value_info("stateN", TensorProto.FLOAT, [2, "N", 3])])
+    d = tmp_path / "made"
+    d.mkdir()
+    builders.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), d / "vad.onnx")
+    batch = {"input": np.ones((3, 4), np.float32), "state": np.zeros((2, 3, 3), np.float32), "sr": np.array(16000)}
+    np.savez(d / "batch.npz", **batch)
+    assert batch_rows(batch) is None and batch_rows({"input": batch["input"]}) == 3
+    cache = tmp_path / "cache"
+    shutil.copytree(listing, cache / "index")
+    plan = inproc.open_run(d / "vad.onnx", d / "batch.npz", cache, tmp_path / "results")
+    outcomes = {v: (error("Fail: Load model failed: no kernel") if v >= "1.20.0" else ran()) for v in VERSIONS}
+    run = search(plan, cache, ReplayRunner(outcomes), "error", versions=("1.19.2", "1.20.0"))
+    assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
+    real_plan, replay = harness.plan.make_plan, ReplayRunner(outcomes)
+    monkeypatch.setattr(harness.plan, "make_plan",
+                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
+                                                                                       runner=replay))
+    doc = reduce_saved_run(plan.store.dir, cache, offline=True)
+    assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
+    assert doc["rows"] == {"before": 3, "after": 3, "kept": [0, 1, 2]}
+    assert doc["nodes"]["after"] < doc["nodes"]["before"]

@@ -158,6 +158,13 @@ def default_batch(model: ResolvedModel, cache_dir: Path) -> Path:
     return path
 
 
+def batch_rows(arrays: dict[str, np.ndarray]) -> int | None:
+    """How many rows the batch has (its inputs' shared axis 0), or None when its inputs share no such axis: a
+    scalar input (silero-vad's sample rate) or one whose batch is not its first axis (its state, [2, N, 128])."""
+    firsts = {v.shape[0] if v.ndim else None for v in arrays.values()}
+    return firsts.pop() if len(firsts) == 1 and None not in firsts else None
+
+
 def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.ndarray]:
     """The batch cut to `rows` (axis 0), and, for token inputs, to the longest kept row."""
     cut = {k: np.ascontiguousarray(v[rows]) for k, v in arrays.items()}

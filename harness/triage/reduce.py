@@ -48,7 +48,7 @@ from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.graphs import surgery
 from harness.graphs.subgraph import Graph, model_bytes, needed
 from harness.metrics import probe_metrics
-from harness.models.inputs import MASK_INPUT, bad_rows, take_rows
+from harness.models.inputs import MASK_INPUT, bad_rows, batch_rows, take_rows
 from harness.probe import ProbeJob, Prober, serving
 from harness.results.store import REDUCED, WORK, RunStore, load_outputs
 from harness.verdicts import judge
@@ -280,8 +280,15 @@ class Checker:
 
 def reduce_rows(checker: Checker, model: Path, arrays: dict[str, np.ndarray], hints: list[int],
                 outputs: tuple[str, ...] = ()) -> list[int]:
-    """The fewest rows that still flip: B's bad rows alone first, then ddmin over every row."""
-    rows = list(range(next(iter(arrays.values())).shape[0]))
+    """The fewest rows that still flip: B's bad rows alone first, then ddmin over every row. Every row, when
+    the inputs share no row axis (batch_rows): cutting one input's first axis would only make a batch the
+    model refuses."""
+    count = batch_rows(arrays)
+    if count is None:
+        count = max((v.shape[0] for v in arrays.values() if v.ndim), default=1)
+        checker.log("rows: the inputs share no row axis (a scalar, or a batch that is not axis 0): all rows kept")
+        return list(range(count))
+    rows = list(range(count))
 
     def flips(subset: list[int]) -> bool:
         return checker.flips(model, take_rows(arrays, sorted(subset)), outputs, sorted(subset))
@@ -398,14 +405,14 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
     nodes = nodes and (against is None or against.rows is None)  # a file's or the fp32 model's values are of the model's outputs
     model_path = Path(plan.job.model)
     outputs = tuple(plan.job.outputs)
-    n_rows = next(iter(arrays.values())).shape[0]
+    whole = batch_rows(arrays) is None  # no row axis: the batch is kept as it is (reduce_rows)
     if known:
         checker.known(model_path, arrays, known)
     if not checker.flips(model_path, arrays, outputs):
         raise NoFlip(f"the full model does not flip between {good.version} and {bad.version} on this target")
     hints = bad_rows(bad_outputs or {}, list(outputs) or None)
     rows = reduce_rows(checker, model_path, arrays, hints, outputs)
-    kept = take_rows(arrays, rows)
+    kept = arrays if whole else take_rows(arrays, rows)
     graph = Graph.load(model_path)
     reduced_model, reduced_inputs = None, kept
     positions = {"before": None, "after": None}
@@ -420,7 +427,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
                 positions["after"] = sequence_length(reduced_inputs)
     final = reduced_model if reduced_model is not None else model_path
     verdicts = checker.verdicts(final, reduced_inputs, () if reduced_model is not None else outputs,
-                                None if reduced_model is not None else rows)
+                                None if reduced_model is not None or whole else rows)
     flips = verdicts[good.version] == "good" and verdicts[bad.version] == "bad"
     model_file = store.save_file("model.onnx", model_bytes(reduced_model)) if reduced_model is not None else None
     inputs_file = store.save_file("inputs.npz", npz_bytes(reduced_inputs))
@@ -435,7 +442,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
     doc = {
         "kind": "reduce",
         "pair": [good.version, bad.version],
-        "rows": {"before": n_rows, "after": len(rows), "kept": rows},
+        "rows": {"before": len(rows) if whole else batch_rows(arrays), "after": len(rows), "kept": rows},
         "positions": positions,
         "nodes": {"before": len(graph.nodes),
                   "after": len(reduced_model.graph.node) if reduced_model is not None else len(graph.nodes),
