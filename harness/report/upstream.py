@@ -36,7 +36,7 @@ from harness.summary import build_of, compare_url
 
 SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
-            "error": "fails to load or run", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
+            "error": "load or run failures", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
             "rel-diff": "outputs that differ from the reference",
             "abs-diff": "outputs that differ from the reference"}
 
