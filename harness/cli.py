@@ -8,6 +8,7 @@ imports of the other commands before its first probe.
 
 from __future__ import annotations
 
+import errno
 import faulthandler
 import importlib
 import json
@@ -94,6 +95,10 @@ def _terminated(signum, frame) -> None:
     raise Terminated()
 
 
+# errors of the filesystem a command reads or writes (full, read-only, not allowed, failing): the environment's
+FILESYSTEM_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
+
+
 def _run(args: list[str]) -> tuple[int, str | None, bool]:
     """(exit status, the failure's one line or None, whether the command has said it already)."""
     try:
@@ -107,6 +112,12 @@ def _run(args: list[str]) -> tuple[int, str | None, bool]:
         return EXIT_USAGE, str(exc), False
     except HarnessError as exc:
         return EXIT_FAILURE, str(exc), False
+    except OSError as exc:
+        if exc.errno not in FILESYSTEM_FAILURES:
+            raise
+        # the machine's disk, not the command: one line, as a full disk mid-run already is
+        where = f"{exc.filename}: " if exc.filename else ""
+        return EXIT_FAILURE, f"cannot read or write {where}{exc.strerror or exc}", False
     rc = rc if isinstance(rc, int) else 0
     if rc in STOPPED:  # the command stopped and said so (what is saved, how to resume)
         return rc, STOPPED[rc], True

@@ -407,3 +407,25 @@ def test_the_escapes_show_the_text_and_make_nothing_of_it(text):
     for bad in (float("nan"), {1: "x"}, b"bytes", object()):
         with pytest.raises(ValueError):
             escape.py_literal({"k": bad})
+
+
+def test_a_report_that_cannot_be_written_is_one_line_with_exit_1(tmp_path, listing):
+    """`bisect report` of a run on a full filesystem: exit 1 (the environment failed) and one line naming the
+    file, as `run` and `merge` end; it was an internal error with a traceback."""
+    small = tmp_path / "small"
+    small.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(small)], capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount here ({r.stderr.strip()})")
+    try:
+        run_dir = _run(small / "run", listing)
+        with open(small / "filler", "wb", buffering=0) as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * 4096)
+        r = inproc.run("report", run_dir, "--no-probe", "--offline", "--cache-dir", small / "run" / "cache")
+    finally:
+        subprocess.run(["umount", str(small)], check=True)
+    assert r.returncode == 1, r.stderr
+    (line,) = r.stderr.strip().splitlines()[-1:]
+    assert line.startswith("error: cannot read or write ") and "No space left on device" in line, r.stderr
+    assert "Traceback" not in r.stderr
