@@ -56,6 +56,16 @@ def search(plan, cache, runner, predicate: str, ref=None, versions=VERSIONS, **k
     return run_search(p, **kw).doc
 
 
+def plans_run_on(monkeypatch, runner) -> None:
+    """Every plan made from here on (reduce's own) probes on `runner`: the run directory stays real."""
+    import harness.plan
+
+    real_plan = harness.plan.make_plan
+    monkeypatch.setattr(harness.plan, "make_plan",
+                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
+                                                                                       runner=runner))
+
+
 def report(run_dir: Path, cache: Path, **kw) -> dict:
     return upstream.build(run_dir, cache_dir=cache, offline=True, probe=False, **kw)
 
@@ -246,17 +256,14 @@ def test_reduce_refuses_before_any_probe_with_status_2(bisect, tmp_path, residua
 def test_reduce_after_probes_found_nothing_exits_3_not_2(made, monkeypatch, capsys):
     """The run saw NaN on 1.20.0; probed again (the replay now says every release is finite), the full model
     does not flip: an answer after probes (3), not a refusal (2), and not a traceback."""
-    import harness.plan
     from harness.triage import reduce as reduce_mod
 
     plan, cache = made
     outcomes = {v: ran(nan_rows=2 if v >= "1.20.0" else 0) for v in VERSIONS}
     run = search(plan, cache, ReplayRunner(outcomes), "nan-or-inf", versions=("1.19.2", "1.20.0"))
     assert run["first_bad"] == "1.20.0"
-    real_plan, real_run, finite = harness.plan.make_plan, reduce_mod.reduce_run, ReplayRunner({v: ran() for v in VERSIONS})
-    monkeypatch.setattr(harness.plan, "make_plan",
-                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
-                                                                                       runner=finite))
+    real_run, finite = reduce_mod.reduce_run, ReplayRunner({v: ran() for v in VERSIONS})
+    plans_run_on(monkeypatch, finite)
     # the run's own records of the pair are not taken as the full model's verdicts: it is probed again
     monkeypatch.setattr(reduce_mod, "reduce_run", lambda *a, **kw: real_run(*a, **{**kw, "known": None}))
     rc = main(["reduce", str(plan.store.dir), "--cache-dir", str(cache), "--offline", "--json"])
@@ -269,17 +276,13 @@ def test_reduce_after_probes_found_nothing_exits_3_not_2(made, monkeypatch, caps
                                               ("crash", crash(11))])
 def test_reduce_takes_a_load_failure_or_crash_question(made, monkeypatch, predicate, broken):
     """A boundary of --bad-if error (or crash) is reduced like any other: B fails on every candidate here."""
-    import harness.plan
     from harness.triage.reduce import reduce_saved_run
 
     plan, cache = made
     outcomes = {v: (broken if v >= "1.20.0" else ran()) for v in VERSIONS}
     run = search(plan, cache, ReplayRunner(outcomes), predicate, versions=("1.19.2", "1.20.0", "1.20.1"))
     assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
-    real_plan, replay = harness.plan.make_plan, ReplayRunner(outcomes)
-    monkeypatch.setattr(harness.plan, "make_plan",
-                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
-                                                                                       runner=replay))
+    plans_run_on(monkeypatch, ReplayRunner(outcomes))
     doc = reduce_saved_run(plan.store.dir, cache, offline=True)
     assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
     assert doc["predicate"] == predicate and doc["rows"]["after"] == 1 and doc["nodes"]["after"] < doc["nodes"]["before"]
@@ -311,7 +314,6 @@ def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_without_cutting_rows
     the rows are kept whole (cutting axis 0 of each raised IndexError on the scalar) and nodes still reduce."""
     from onnx import TensorProto, helper
 
-    import harness.plan
     from harness.models.inputs import batch_rows
     from harness.triage.reduce import reduce_saved_run
 
@@ -336,10 +338,7 @@ def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_without_cutting_rows
     outcomes = {v: (error("Fail: Load model failed: no kernel") if v >= "1.20.0" else ran()) for v in VERSIONS}
     run = search(plan, cache, ReplayRunner(outcomes), "error", versions=("1.19.2", "1.20.0"))
     assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
-    real_plan, replay = harness.plan.make_plan, ReplayRunner(outcomes)
-    monkeypatch.setattr(harness.plan, "make_plan",
-                        lambda spec, command=None, log=None, **kw: dataclasses.replace(real_plan(spec, command, **kw),
-                                                                                       runner=replay))
+    plans_run_on(monkeypatch, ReplayRunner(outcomes))
     doc = reduce_saved_run(plan.store.dir, cache, offline=True)
     assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
     assert doc["rows"] == {"before": 3, "after": 3, "kept": [0, 1, 2]}
