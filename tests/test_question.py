@@ -185,6 +185,13 @@ def _run_args(model: Path, batch: Path, *more: str) -> tuple[str, ...]:
     return ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", "--json", *more)
 
 
+def _reduced(bisect, run_dir: Path, *more: str) -> dict:
+    """`bisect reduce RUN_DIR --json` (exit 0 asserted): its document."""
+    red = bisect("reduce", str(run_dir), "--cache-dir", str(bisect.cache_dir), "--json", *more)
+    assert red.returncode == 0, red.stderr
+    return red.json()
+
+
 @pytest.mark.release
 def test_reduce_against_a_reference_release_compares_each_candidate_with_the_last_good(bisect, tmp_path, residual_norm):
     model, batch = residual_norm
@@ -195,9 +202,7 @@ def test_reduce_against_a_reference_release_compares_each_candidate_with_the_las
     assert r.returncode == 0, r.stderr
     run = r.json()
     assert (run["last_good"], run["first_bad"]) == ("1.19.2", "1.20.0")
-    red = bisect("reduce", run["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
-    assert red.returncode == 0, red.stderr
-    doc = red.json()
+    doc = _reduced(bisect, results / run["run_id"])
     assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
     assert doc["question"]["key"] == run["cell"]["key"] and doc["predicate"] == "cosine<0.99"
     assert doc["reference"]["kind"] == "release" and doc["reference"]["file"] == "reference.npz"
@@ -218,9 +223,7 @@ def test_reduce_against_a_reference_file_keeps_the_reference_rows_of_the_rows_it
     r = bisect(*_run_args(model, batch, "--reference", str(tmp_path / "truth.npz"), "--bad-if", "rel-diff>0.01"),
                results=results)
     assert r.returncode == 0, r.stderr
-    red = bisect("reduce", str(run_dir), "--cache-dir", str(bisect.cache_dir), "--json")
-    assert red.returncode == 0, red.stderr
-    doc = red.json()
+    doc = _reduced(bisect, run_dir)
     assert doc["verified"]["flips"] and doc["predicate"] == "rel-diff>0.01"
     assert doc["nodes"]["kept"] is None  # the file's values are of the model's outputs: only rows are reduced
     kept = doc["rows"]["kept"]
@@ -235,10 +238,8 @@ def test_reduce_against_a_reference_file_keeps_the_reference_rows_of_the_rows_it
                  str(bisect.cache_dir), "--results-dir", str(results))
     assert rep.returncode == 2 and "compares with nothing: give --bad-if" in rep.stderr, rep.stderr
     # a question that compares with nothing, asked on the command line: the same boundary, by NaN rows
-    again = bisect("reduce", str(run_dir), "--cache-dir", str(bisect.cache_dir), "--json", "--rows-only",
-                   "--bad-if", "nan-or-inf")
-    assert again.returncode == 0, again.stderr
-    assert again.json()["reference"] is None and again.json()["predicate"] == "nan-or-inf"
+    again = _reduced(bisect, run_dir, "--rows-only", "--bad-if", "nan-or-inf")
+    assert again["reference"] is None and again["predicate"] == "nan-or-inf"
 
 
 @pytest.mark.release
