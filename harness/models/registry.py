@@ -308,11 +308,8 @@ def _port(value_info) -> Port:
 
 def file_sha256(path: Path) -> str:
     """The sha256 of a file's bytes, read in chunks."""
-    fh = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            fh.update(chunk)
-    return fh.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def digest_of(file_sha256s: list[str]) -> str:

@@ -209,10 +209,8 @@ def installed_files_damaged(root: Path, dist: str) -> str | None:
             try:
                 if size and path.stat().st_size != int(size):
                     return f"{name} is {path.stat().st_size} bytes, the wheel installed {size}"
-                h = hashlib.sha256()
                 with open(path, "rb") as fh:
-                    for block in iter(lambda: fh.read(1 << 20), b""):
-                        h.update(block)
+                    h = hashlib.file_digest(fh, "sha256")
             except (OSError, ValueError) as exc:
                 return f"{name}: {getattr(exc, 'strerror', None) or exc}"
             if base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() != digest[len("sha256="):]:

@@ -73,10 +73,8 @@ def file_digest(path: Path) -> str:
     with _digests_lock:
         if key in _digests:
             return _digests[key]
-    h = hashlib.sha256()
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+        h = hashlib.file_digest(f, "sha256")
     with _digests_lock:
         _digests[key] = h.hexdigest()
     return _digests[key]

@@ -63,14 +63,6 @@ def _safe_rmtree(root: Path) -> None:
     shutil.rmtree(root)
 
 
-def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = quiet) -> tuple[Path, dict]:
     """Debootstrap (once, cached) a bookworm minbase + CPython 3.11 rootfs.
 
@@ -153,7 +145,8 @@ def rootfs_tarball(arch: str, cache_dir: Path | str, log: Log = quiet) -> tuple[
                 ],
                 check=True,
             )
-            sha = _sha256_file(tmp_tar)
+            with open(tmp_tar, "rb") as f:
+                sha = hashlib.file_digest(f, "sha256").hexdigest()
             meta = {
                 "arch": arch,
                 "suite": SUITE,
