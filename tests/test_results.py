@@ -145,3 +145,21 @@ def test_a_summary_key_is_one_file_name_in_the_run(store, key):
         store.save_summary(key, {"cell": {"key": key}})
     assert sorted(store.dir.parent.rglob("*")) == before
     assert store.save_summary("sweep-1.19.0-1.25.0.dev20250101-max-abs_1e4", {}).parent == store.dir / "cells"
+
+
+@pytest.mark.parametrize("version", ["../../../elsewhere/x", "a/b", "x\0y"])
+def test_outputs_named_by_evidence_are_files_of_the_runs_own_outputs(store, tmp_path, version):
+    """A version read back (a record's, a question's `release:VERSION` reference) names a probe's outputs: one
+    file in outputs/, never a path out of it; and an outputs file that is a link is not read through."""
+    import numpy as np
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(exist_ok=True)
+    np.savez(elsewhere / "x.npz", y=np.ones(2))
+    with pytest.raises(HarnessError, match="not the name of a probe's outputs"):
+        store.outputs(version)
+    (store.dir / "outputs").mkdir(exist_ok=True)
+    (store.dir / "outputs" / "1.20.0.npz").symlink_to(elsewhere / "x.npz")
+    assert store.outputs("1.20.0") is None
+    np.savez(store.dir / "outputs" / "1.19.2.npz", y=np.zeros(2))
+    assert list(store.outputs("1.19.2")["y"]) == [0.0, 0.0]

@@ -18,12 +18,11 @@ from pathlib import Path
 from harness.errors import HarnessError, UsageError
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
-from harness.reference import FP32_SERIES, RELEASE_SERIES
 from harness.releases import packages
 from harness.report import repro as repro_mod
 from harness.report.repro import SCRIPT
 from harness.results.evidence import RUN_ID_RE
-from harness.results.store import OUTPUTS, REPRO_BATCH, RunStore, load_outputs
+from harness.results.store import REPRO_BATCH, RunStore
 from harness.verdicts import Predicate
 
 
@@ -123,30 +122,16 @@ def reference_values(store: RunStore, ref: dict | None, first_bad: str | None) -
     release's saved outputs in the run. fp32: the fp32 model's saved outputs on the first bad release (what the
     run judged it bad against). Either way only for the outputs the run saved of its own probes, shape for
     shape; every file of the run is its own: a name out of outputs/ is not followed."""
-    ref = ref or {}
-    kind, rid = ref.get("kind"), ref.get("id")
-    if not isinstance(rid, str):
+    from harness.reference import arrays_for, restored
+
+    reference = restored(ref, store)
+    arrays = arrays_for(reference, store, first_bad or "") if reference is not None else None
+    if arrays is None:
         return None
-    if kind == "file":
-        path = ref.get("path")
-        try:
-            arrays = inputs_mod.load_npz(Path(path), "--reference") if isinstance(path, str) else None
-        except UsageError:
-            return None
-        if arrays is None or rid != f"file:{inputs_mod.arrays_digest(arrays)[:16]}":
-            return None
-    else:
-        names = ([f"{rid.removeprefix('release:')}.npz", f"{rid.removeprefix('release:')}-{RELEASE_SERIES}.npz"]
-                 if kind == "release" else [f"{first_bad}-{FP32_SERIES}.npz"] if kind == "fp32" and first_bad else [])
-        files = [f for f in (_own_file(store.dir / OUTPUTS, n) for n in names) if f is not None]
-        arrays = load_outputs(files[0]) if files else None
-        if arrays is None:
-            return None
     # values for the outputs the run saved, of their shapes: a manifest from elsewhere naming some other .npz of
     # this machine (with its digest as the id) embeds nothing
     probed = [first_bad, *(r["version"] for r in store.records() if r.get("status") == "ran" and not r.get("series"))]
-    saved = next((f for f in (_own_file(store.dir / OUTPUTS, f"{v}.npz") for v in probed if v) if f), None)
-    own = load_outputs(saved) if saved else None
+    own = next((o for o in (store.outputs(v) for v in probed if v) if o), None)
     if not own or any(k not in arrays or arrays[k].shape != v.shape for k, v in own.items()):
         return None
     return {k: arrays[k] for k in own}

@@ -341,8 +341,13 @@ class RunStore:
         return path
 
     def outputs_path(self, version: str, series: str | None = None) -> Path:
-        """The saved outputs of one probe (`series` tells apart several probes of one release)."""
-        return self.dir / OUTPUTS / (f"{version}-{series}.npz" if series else f"{version}.npz")
+        """The saved outputs of one probe (`series` tells apart several probes of one release). The version and
+        series may come from evidence read back (a record, a question's reference): their name is one file name
+        in outputs/, or refused."""
+        name = f"{version}-{series}.npz" if series else f"{version}.npz"
+        if len(name) > 255 or not RUN_ID_RE.match(name):
+            raise HarnessError(f"{name[:64]!r}: not the name of a probe's outputs (one file name in {OUTPUTS}/)")
+        return self.dir / OUTPUTS / name
 
     def outputs(self, version: str, series: str | None = None) -> dict | None:
         """The saved outputs of one probe as arrays by name, or None when none were saved."""
@@ -424,10 +429,11 @@ def _settle_tail(fd: int) -> None:
 
 
 def load_outputs(path: Path) -> dict | None:
-    """Arrays by name from a saved outputs .npz, or None when there is no such file."""
+    """Arrays by name from a saved outputs .npz, or None when there is no such file, or when it is a link (a
+    run's outputs are its own files: none is read through a link an artifact brought)."""
     import numpy as np  # here, not at import: readers of history alone need no numpy
 
-    if not path.exists():
+    if path.is_symlink() or not path.is_file():
         return None
     with np.load(path) as data:
         return {k: data[k] for k in data.files}
