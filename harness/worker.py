@@ -106,7 +106,23 @@ def session_options(ort, opts):
         so.add_session_config_entry(key, str(value))
     if opts.get("optimized_model_filepath"):
         so.optimized_model_filepath = opts["optimized_model_filepath"]
+    if opts.get("session_log_path"):
+        so.log_severity_level = 0  # verbose: each graph transformer's "modified" line and the node placements
     return so
+
+
+def stderr_to(path, make):
+    """`make()` with file descriptor 2 (where onnxruntime's default logger writes) going to `path`."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.dup2(fd, 2)
+        return make()
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
 
 
 def output_stats(np, name, arr):
@@ -227,14 +243,22 @@ def probe(request, result, kept=None):
     t = time.perf_counter()
     key = session_key(request) if kept is not None else None
     providers = request.get("providers")  # [[name, options]]; absent: the CPU provider, as in every release
+    # graph transformers and rewrite rules by name, as onnxruntime spells them (unknown names are ignored by it)
+    extra = {"disabled_optimizers": list(opts["disabled_optimizers"])} if opts.get("disabled_optimizers") else {}
+
+    def make():
+        if providers:
+            return ort.InferenceSession(request["model"], sess_options=so, providers=[p[0] for p in providers],
+                                        provider_options=[p[1] for p in providers], **extra)
+        return ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"], **extra)
+
     if key is not None and kept.get("key") == key:
         sess = kept["session"]
         result["session_reused"] = True
-    elif providers:
-        sess = ort.InferenceSession(request["model"], sess_options=so, providers=[p[0] for p in providers],
-                                    provider_options=[p[1] for p in providers])
+    elif opts.get("session_log_path"):
+        sess = stderr_to(opts["session_log_path"], make)
     else:
-        sess = ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"])
+        sess = make()
     if key is not None:
         kept.clear()  # one session at a time: a reduction's candidates must not pile up in memory
         kept.update(key=key, session=sess)
@@ -247,7 +271,11 @@ def probe(request, result, kept=None):
     if request.get("hold_dir"):
         hold(request["hold_dir"])
     t = time.perf_counter()
-    values = sess.run(names, feeds)
+    run_options = None
+    if opts.get("session_log_path"):
+        run_options = ort.RunOptions()
+        run_options.log_severity_level = 2  # the session logs verbosely for its log file, not every run
+    values = sess.run(names, feeds, run_options)
     result["run_s"] = time.perf_counter() - t
 
     result["stage"] = "done"

@@ -39,6 +39,8 @@ from harness.runners.sites import discard_site, prepare_site
 from harness.runners.workers import ProcessOutcome, read_result
 
 MEMORY_LIMIT = os.environ.get("ORTBISECT_DOCKER_MEMORY", "8g")
+#: session options naming a file the session writes, and its name inside the container's /work
+SESSION_FILES = {"optimized_model_filepath": "optimized.onnx", "session_log_path": "session.log"}
 RUN_LABEL_ENV = "ORTBISECT_RUN_LABEL"  # names this invocation's containers (a CI job id, say); default: made up
 ENGINE_STATE = "/tmp/ortbisect-docker"  # where the engine script keeps a private engine's state
 ARCHS = ("x86_64", "aarch64")
@@ -207,10 +209,15 @@ class DockerRunner(Runner):
                               self.package.env_name(env.version), compress)
         inputs, model_in, inputs_in = dv.inputs_volume(client, engine.volumes, image, Path(request["model"]),
                                                        Path(request["inputs"]), compress)
+        # files the session writes (the optimized graph, its log) are written in /work and brought back
+        opts = dict(request.get("session_options") or {})
+        written = {key: Path(opts[key]) for key in SESSION_FILES if opts.get(key)}
+        opts.update({key: f"/work/{SESSION_FILES[key]}" for key in written})
         inside = {**request, "model": model_in, "inputs": inputs_in, "result_path": "/work/result.json",
-                  "outputs_path": "/work/outputs.npz" if request.get("outputs_path") else None, "hold_dir": None}
+                  "outputs_path": "/work/outputs.npz" if request.get("outputs_path") else None, "hold_dir": None,
+                  "session_options": opts}
         workdir.mkdir(parents=True, exist_ok=True)
-        for name in ("result.json", "outputs.npz"):
+        for name in ("result.json", "outputs.npz", *SESSION_FILES.values()):
             (workdir / name).unlink(missing_ok=True)
         child_env = {"PYTHONPATH": "/site", "PYTHONNOUSERSITE": "1"}
         if self.cpu:
@@ -225,6 +232,12 @@ class DockerRunner(Runner):
         wanted = request.get("outputs_path")
         if wanted and (workdir / "outputs.npz").exists() and Path(wanted) != workdir / "outputs.npz":
             shutil.move(workdir / "outputs.npz", wanted)
+        for key, path in written.items():
+            # the graph's external data file is named after it ("optimized.onnx.data" beside "optimized.onnx")
+            for made in sorted(workdir.glob(f"{SESSION_FILES[key]}*")):
+                dest = path.with_name(path.name + made.name[len(SESSION_FILES[key]):])
+                if made != dest:
+                    shutil.move(made, dest)
         shipped = {k: {"seconds": round(v.seconds, 3), "mb": round(v.bytes / 1e6, 1)}
                    for k, v in (("site", site), ("inputs", inputs)) if v.created}
         return ProcessOutcome(
