@@ -1,5 +1,7 @@
 """The search over an ordered list of releases. Pure: no I/O, no printing.
 
+`ddmin` (delta debugging) is the same kind of search over subsets: reduce and blame use it.
+
 The driver asks `bisect_step` (or `sweep_step`) which releases to probe next,
 given every verdict known so far, probes them, and asks again. Because the
 whole state is the list of verdicts, resuming an interrupted run, probing K
@@ -12,7 +14,7 @@ other verdict (skip, error, crash, timeout, nondeterministic) is stepped around.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence
 
 DECISIVE = ("good", "bad")
 MODES = {"regression": ("good", "bad"), "fix": ("bad", "good")}
@@ -172,3 +174,31 @@ def simulate(truth: Sequence[str], mode: str = "regression", k: int = 1, sweep: 
         for i in step.next:
             known[i] = truth[i]
             sim.probed.append(i)
+
+
+def ddmin(items: list, still_fails: Callable[[list], bool]) -> list:
+    """Zeller's delta debugging: a 1-minimal sublist of `items` for which `still_fails` holds.
+
+    `items` itself must fail. Subsets are tried before complements, so a
+    single failing item is found in about log2(len) steps.
+    """
+    n = 2
+    while len(items) >= 2:
+        size = len(items)
+        chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
+        chunks = [c for c in chunks if c]
+        for chunk in chunks:
+            if still_fails(chunk):
+                items, n = chunk, 2
+                break
+        else:
+            for chunk in chunks:
+                rest = [x for x in items if x not in chunk]
+                if len(chunks) > 2 and still_fails(rest):
+                    items, n = rest, max(n - 1, 2)
+                    break
+            else:
+                if n >= len(items):
+                    return items
+                n = min(len(items), 2 * n)
+    return items

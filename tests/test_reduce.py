@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.triage.reduce import bad_rows, ddmin, first_true, last_true, take_rows
+from harness.search import ddmin
+from harness.triage.reduce import bad_rows, first_true, last_true, take_rows
 
 
 @given(st.integers(1, 40), st.data())

@@ -51,37 +51,10 @@ from harness.metrics import probe_metrics
 from harness.models.inputs import MASK_INPUT, bad_rows, batch_rows, take_rows
 from harness.probe import ProbeJob, Prober, serving
 from harness.results.store import REDUCED, WORK, RunStore, load_outputs
+from harness.search import ddmin
 from harness.verdicts import judge
 
 # --- pure search helpers -------------------------------------------------------------------------
-
-
-def ddmin(items: list, still_fails: Callable[[list], bool]) -> list:
-    """Zeller's delta debugging: a 1-minimal sublist of `items` for which `still_fails` holds.
-
-    `items` itself must fail. Subsets are tried before complements, so a
-    single failing item is found in about log2(len) steps.
-    """
-    n = 2
-    while len(items) >= 2:
-        size = len(items)
-        chunks = [items[i * size // n:(i + 1) * size // n] for i in range(n)]
-        chunks = [c for c in chunks if c]
-        for chunk in chunks:
-            if still_fails(chunk):
-                items, n = chunk, 2
-                break
-        else:
-            for chunk in chunks:
-                rest = [x for x in items if x not in chunk]
-                if len(chunks) > 2 and still_fails(rest):
-                    items, n = rest, max(n - 1, 2)
-                    break
-            else:
-                if n >= len(items):
-                    return items
-                n = min(len(items), 2 * n)
-    return items
 
 
 def first_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
