@@ -30,7 +30,7 @@ from harness.commands.common import (
 from harness.errors import EnvironmentSkip, HarnessError, Terminated, UsageError
 from harness.results.store import TornLineWarning
 
-COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "reduce", "options", "repeat", "mitigate", "report",
+COMMANDS = ("run", "sweep", "compare", "versions", "models", "trace", "diff", "reduce", "blame", "options", "repeat", "mitigate", "report",
             "drift", "matrix", "merge", "dashboard", "setup", "doctor")
 
 

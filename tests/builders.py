@@ -410,3 +410,42 @@ def write_history(root: Path, models: list[str], versions: list[str], nights: in
             if report and bound is not None and mi == 0 and bound + shift < len(versions):
                 store.save_file(REPORT, f"## {model} on {arch}: NaN outputs since onnxruntime {versions[bound]}\n")
     return n
+
+
+def shared_constant_norms_model(width: int = 16) -> onnx.ModelProto:
+    """Two fp16 norms written out op by op (Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul, Add), each with its
+    own scalar initializers of the same values, between Casts from and to fp32 (as onnxconverter-common's
+    keep_io_types writes a converted model).
+
+    onnxruntime 1.23.0 refuses to load it ("Attempting to get index by a name which does not exist:
+    InsertedPrecisionFreeCast_b1.two for node: b0.Mul/SimplifiedLayerNormFusion/"): ConstantSharing makes the
+    two blocks share their constants, and SimplifiedLayerNormFusion then looks for an input that the fp16
+    Casts renamed. 1.22.1 loads and runs it; disabling either transformer on 1.23.0 does too (checked with
+    onnxruntime's own `disabled_optimizers`). The same error stops PP-OCRv4's recognizer converted to fp16.
+    """
+    nodes = [helper.make_node("Cast", ["x"], ["x16"], name="cast_in", to=TensorProto.FLOAT16)]
+    inits = []
+    y = "x16"
+    for i in range(2):
+        p = f"b{i}"
+        inits += [numpy_helper.from_array(np.array(2.0, np.float16), f"{p}.two"),
+                  numpy_helper.from_array(np.array(1e-5, np.float16), f"{p}.eps"),
+                  numpy_helper.from_array(np.ones(width, np.float16), f"{p}.w"),
+                  numpy_helper.from_array(np.zeros(width, np.float16), f"{p}.b")]
+        nodes += [
+            helper.make_node("Pow", [y, f"{p}.two"], [f"{p}.p"], name=f"{p}.Pow"),
+            helper.make_node("ReduceMean", [f"{p}.p"], [f"{p}.v"], name=f"{p}.ReduceMean", axes=[-1]),
+            helper.make_node("Add", [f"{p}.v", f"{p}.eps"], [f"{p}.a"], name=f"{p}.AddEps"),
+            helper.make_node("Sqrt", [f"{p}.a"], [f"{p}.s"], name=f"{p}.Sqrt"),
+            helper.make_node("Div", [y, f"{p}.s"], [f"{p}.n"], name=f"{p}.Div"),
+            helper.make_node("Mul", [f"{p}.n", f"{p}.w"], [f"{p}.m"], name=f"{p}.Mul"),
+            helper.make_node("Add", [f"{p}.m", f"{p}.b"], [f"{p}.y"], name=f"{p}.AddB"),
+        ]
+        y = f"{p}.y"
+    nodes.append(helper.make_node("Cast", [y], ["y"], name="cast_out", to=TensorProto.FLOAT))
+    graph = helper.make_graph(nodes, "shared_constant_norms",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 from rich.markup import escape
 
@@ -35,12 +37,18 @@ search_options = compose(model_options, reduced_option, range_options, target_op
 @click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
 @click.option("--reduce", "reduce_", is_flag=True,
               help="Then shrink the regression to the fewest rows and nodes that still flip (as `bisect reduce`).")
+@click.option("--blame", is_flag=True,
+              help="Then name the graph transformer, kernel (and, with --repo, commits) below the boundary (as `bisect blame`).")
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="With --blame: a clone of onnxruntime, for the commits between the two builds.")
 @click.option("--rows", type=click.Choice(["all", "fewest"]), default="all", show_default=True,
               help="fewest: search on the likeliest rows first (ranked by a native pass when probes run on "
                    "another arch; else the longest), twice as many while no row flips, then verify "
                    "the boundary on the full batch; for emulated probes of big models.")
 def command(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""
+    if opts.get("repo") and not opts.get("blame"):
+        raise UsageError(f"--repo {opts['repo']}: it is for --blame (the commits below the boundary); add --blame")
     return search_and_render(opts, sweep=False)
 
 
@@ -81,6 +89,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
     from harness.plan import make_plan
     from harness.report.terminal import (
         ProbeLines,
+        blame_summary,
         reduction_summary,
         rows_summary,
         run_table,
@@ -121,6 +130,15 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
                                               question=doc["cell"]["key"])
         except NoFlip as exc:  # the boundary stands; the reduction says why it has none
             err.print(f"no reduction: {escape(str(exc))}")
+    if opts.get("blame") and doc["status"] == "found" and doc["mode"] == "regression":
+        from harness.blame.pair import NoFlip as Unblamed
+        from harness.blame.pair import blame_saved_run
+
+        try:
+            doc["blame"] = blame_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], repo=opts.get("repo"),
+                                           question=doc["cell"]["key"], log=log_to_stderr)
+        except Unblamed as exc:
+            err.print(f"nothing to blame: {escape(str(exc))}")
     if not opts["as_json"]:
         out.print(run_table(doc))
         if "rows" in doc:
@@ -131,5 +149,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             out.print(escape(doc["explanation"]["text"]))
         if "reduced" in doc:
             out.print(reduction_summary(doc["reduced"]))
+        if "blame" in doc:
+            out.print(blame_summary(doc["blame"]))
         out.print(f"[dim]results: {plan.store.dir}[/]")
     return doc

@@ -121,6 +121,15 @@ def _opt_types(original_types: dict, optimized: onnx.ModelProto) -> dict[str, in
     return types
 
 
+def optimized_types(original: onnx.ModelProto, optimized: onnx.ModelProto) -> dict[str, int]:
+    """Element types of the optimized graph's tensors, propagated as `precision_map` does."""
+    types = known_types(original)
+    for info in intermediates(original):
+        if types.get(info.name, (UNKNOWN, None))[0] == UNKNOWN:
+            types[info.name] = (info.elem_type, info.shape)
+    return _opt_types(types, optimized)
+
+
 def _float_inputs(node: onnx.NodeProto, types: dict[str, int]) -> list[int]:
     return [types[t] for t in node.input if t and types.get(t) in FLOAT_TYPES]
 

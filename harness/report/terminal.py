@@ -158,6 +158,28 @@ def reduction_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def blame_summary(doc: dict) -> str:
+    """What `bisect blame` named: the transformers, the kernels, the commits (rich markup)."""
+    lines = [plain(doc["text"])]
+    for row in (doc.get("kernels") or {}).get("nodes") or []:
+        k = row["first_bad"]
+        lines.append(f"  {plain(k['node'])}: {plain(k['domain'])}:{plain(k['op_type'])} {plain(k['precision'])} on "
+                     f"{plain(k['provider'] or '?')}, in {plain(','.join(k['inputs']))} -> {plain(','.join(k['outputs']))}")
+    graphs = (doc.get("kernels") or {}).get("graphs")
+    if graphs and graphs["ops"]:
+        ops = ", ".join(f"{plain(o['op'])} {o['last_good']}->{o['first_bad']}" for o in graphs["ops"][:12])
+        lines.append(f"optimized graphs {plain(doc['last_good'])} -> {plain(doc['first_bad'])}: {ops}; inserted Casts "
+                     f"{graphs['inserted_casts']['last_good']}->{graphs['inserted_casts']['first_bad']}")
+    commits = doc.get("commits")
+    if commits:
+        for c in commits["suspects"][:20]:
+            pr = f" (#{c['pr']})" if c.get("pr") else ""
+            lines.append(f"  {plain(c['sha'][:10])} {plain(c['date'])} {plain(c['subject'])}{'' if pr in c['subject'] else pr}")
+    made = [p for p in doc["probes"] if not p["reused"]]
+    lines.append(f"{len(doc['probes'])} probes ({len(made)} made now), {doc['seconds']:.1f} s")
+    return "\n".join(lines)
+
+
 def rows_summary(doc: dict) -> str:
     """Which rows decided each probe of a fewest-rows search, and how the boundary was held to the full batch."""
     lines = []

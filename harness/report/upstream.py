@@ -146,9 +146,39 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
                                                        "worst_cosine", "worst_max_abs")}
                        | {"patched_model": Path(mitigation["patched"]["path"]).name}) if mitigation else None,
     }
+    doc["blame"] = blame_of(store, last_good, first_bad) if first_bad else None
     doc["repro"] = repro
     doc["repro_where"] = where
     return doc
+
+
+def blame_of(store: RunStore, last_good: str, first_bad: str) -> dict | None:
+    """What `bisect blame` named for this very pair, as plain typed values (the document is read back from disk:
+    anything not of the shape it is written in is left out)."""
+    from harness.results.store import BLAME
+
+    raw = RunStore(store.dir / BLAME).document("blame")
+    if not isinstance(raw, dict) or (raw.get("last_good"), raw.get("first_bad")) != (last_good, first_bad):
+        return None
+
+    def strings(value) -> list[str]:
+        return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+    rows = ((raw.get("kernels") or {}) if isinstance(raw.get("kernels"), dict) else {}).get("nodes")
+    commits = raw.get("commits") if isinstance(raw.get("commits"), dict) else None
+    suspects = []
+    for c in (commits or {}).get("suspects") or []:
+        if isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("sha", "date", "subject")):
+            suspects.append({"sha": c["sha"], "date": c["date"], "subject": c["subject"],
+                             "pr": c["pr"] if isinstance(c.get("pr"), int) else None})
+    total = (commits or {}).get("total")
+    return {
+        "text": raw["text"] if isinstance(raw.get("text"), str) else "",
+        "transformers": strings(raw.get("transformers")) or None,
+        "kernels": [r["sentence"] for r in rows if isinstance(r, dict) and isinstance(r.get("sentence"), str)]
+        if isinstance(rows, list) else [],
+        "commits": {"total": total, "suspects": suspects} if isinstance(total, int) else None,
+    }
 
 
 def other_targets(run_dir: Path, key: dict, version: str, question) -> list[dict]:
@@ -279,6 +309,15 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L += ["### What changed", "", prose(doc["explanation"]["text"]), ""]
         if doc["explanation"].get("suspect"):
             L += [f"Suspect node: {code(doc['explanation']['suspect'])}.", ""]
+    if doc.get("blame"):
+        b = doc["blame"]
+        L += ["### Below the release", "", prose(b["text"]), ""]
+        if b["commits"]:
+            c = b["commits"]
+            L.append(f"Commits between the two builds that touch the source of what is named ({t(len(c['suspects']))} "
+                     f"of {t(c['total'])}; suspects, not a verdict):")
+            L += [f"- {code(x['sha'][:10])} {t(x['date'])} {t(x['subject'])}" for x in c["suspects"][:20]]
+            L.append("")
     if doc["options"]:
         L += ["### Session options", ""]
         for o in doc["options"]:

@@ -78,6 +78,7 @@ OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
 REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
+BLAME = "blame"  # below the release: its probes, each release's optimized graph and session log, blame.json
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 SIDE_FILES = (REPORT, REPRO, REPRO_BATCH)  # remade from the whole evidence: merge keeps the newer copy (mtime)

@@ -1,0 +1,357 @@
+"""`bisect blame RUN`: below a run's release pair, the graph transformer, the kernel and the commits.
+
+1. Look: L and B once each with their session log (verbose) and optimized graph saved; their verdicts must be
+   the run's (else the pair does not flip here, and nothing is blamed).
+2. Which transformer: delta debugging of `disabled_optimizers` on B (harness.blame.transformers) to the fewest
+   names whose disabling makes B good again, judged as the run's question judges (its predicate, against its
+   reference); then L with the same names disabled, and whether they changed L's graph too.
+3. If no set of names flips B: the graph optimization levels (the lowest level at which B is bad), then the kernels.
+4. Which kernel (harness.blame.kernels): how the nodes the reduction, the explanation or the two graphs name
+   ran on each release; the two optimized graphs compared by op type and domain.
+5. Which commits (harness.blame.commits), given a clone of onnxruntime: those between L's and B's build
+   commits that touch the blamed transformer's or kernel's source. Suspects, not a verdict.
+
+Every probe is a record of results/<run>/blame/probes.jsonl tagged with what it disabled (and the question's
+key), so a blame that stops resumes without repeating one; blame.json beside them is what the report reads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import onnx
+
+from harness.blame import kernels as kern
+from harness.blame import session_log
+from harness.blame.transformers import REWRITE_RULES, minimal_set
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
+from harness.metrics import probe_metrics
+from harness.probe import ProbeJob, Prober, serving
+from harness.reference import Reference, arrays_for, restored
+from harness.results.store import BLAME, RunStore, load_outputs
+
+BLAME_DOC = "blame"
+LEVELS = ("disable", "basic", "extended")  # below "all", in order; "layout" only in releases that have it
+OPT_DATA_MIN_BYTES = 1024  # initializers above this go beside the saved optimized graph, not into it
+KERNEL_NODES = 8  # nodes named in the kernel section at most
+
+
+class NoFlip(Exception):
+    """The pair does not flip here: nothing to blame."""
+
+
+@dataclass
+class PairProber:
+    """Probes of L and B with options, judged as the run's question judges, recorded and reused."""
+
+    plan: object  # harness.plan.Plan over L..B
+    store: RunStore  # the blame store
+    run_store: RunStore
+    reference: Reference | None
+    question: str | None
+    log: Callable[[str], None] = lambda msg: None
+    made: list[dict] = field(default_factory=list)  # every probe asked for, in order
+    _done: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate)
+        for rec in self.store.records():
+            if rec.get("question") == self.question and "disabled" in rec:
+                self._done[self._key(rec["version"], rec["disabled"], rec.get("level"), rec.get("look", False))] = rec
+
+    @staticmethod
+    def _key(version: str, disabled, level, look: bool) -> tuple:
+        return version, tuple(sorted(disabled)), level, bool(look)
+
+    @property
+    def probes(self) -> int:
+        return self._prober.probes
+
+    def look_dir(self, version: str) -> Path:
+        return self.store.subdir("look") / version
+
+    def verdict(self, release, disabled=(), level: str | None = None, look: bool = False) -> dict:
+        """The judged probe of `release` with `disabled` transformers (and graph `level`), recorded once."""
+        key = self._key(release.version, disabled, level, look)
+        rec = self._done.get(key)
+        reused = rec is not None
+        if rec is None:
+            rec = self._probe(release, key[1], level, look)
+            self._done[key] = rec
+        judged = self._judge(rec)
+        step = {"version": release.version, "disabled": list(key[1]), "level": level, "look": look,
+                "verdict": judged["verdict"], "why": judged.get("why"), "reused": reused,
+                "seconds": round(rec.get("seconds") or 0.0, 2)}
+        self.made.append(step)
+        self.log(f"{release.version} {'(look) ' if look else ''}{'level ' + level + ' ' if level else ''}"
+                 f"disabled [{', '.join(key[1])}]: {judged['verdict']}" + (" (saved)" if reused else ""))
+        return {**step, "record": rec}
+
+    def _probe(self, release, disabled: tuple, level: str | None, look: bool) -> dict:
+        opts = dict(self.plan.job.session_options)
+        if disabled:
+            opts["disabled_optimizers"] = list(disabled)
+        if level:
+            opts["graph_optimization_level"] = level
+        if look:
+            where = self.look_dir(release.version)
+            where.mkdir(parents=True, exist_ok=True)
+            opts.update(optimized_model_filepath=str(where / "optimized.onnx"), session_log_path=str(where / "session.log"),
+                        config={**opts.get("config", {}),
+                                "session.optimized_model_external_initializers_file_name": "optimized.onnx.data",
+                                "session.optimized_model_external_initializers_min_size_in_bytes": OPT_DATA_MIN_BYTES})
+        job = ProbeJob(self.plan.job.model, self.plan.job.inputs, self.plan.job.outputs, opts, self.plan.job.timeout)
+        series = "blame-" + hashlib.sha256(json.dumps([list(disabled), level, look]).encode()).hexdigest()[:16]
+        saved = self.store.outputs_path(release.version, series) if self.reference is not None else None
+        tags = {"disabled": list(disabled), "level": level, "look": look, "question": self.question}
+
+        def measure(rec: dict) -> dict:
+            ref = self.reference
+            arrays = arrays_for(ref, self.run_store, release.version)
+            outs = load_outputs(saved) if saved is not None and arrays is not None else None
+            if arrays is None or outs is None:
+                return {**probe_metrics(rec.get("result")),
+                        "comparison_error": f"no outputs of {ref.label} to compare the probe of {release.version} with"}
+            return probe_metrics(rec.get("result"), outs, arrays, ref.id)
+
+        probed = self._prober.probe(release, job, series=series, tags=tags, outputs=saved,
+                                    measure=measure if self.reference is not None else None)
+        return probed.record
+
+    def _judge(self, rec: dict) -> dict:
+        from harness.verdicts import judge
+
+        return judge(rec, self.plan.predicate)
+
+
+def blame_pair(plan, good, bad, store: RunStore, run_store: RunStore, *, reference: Reference | None,
+               question: dict, nodes: list[str], repo: Path | None = None, log=lambda msg: None) -> dict:
+    """Blame the pair (L=`good`, B=`bad`) of a run: the blame document, kept in the blame store."""
+    t0 = time.perf_counter()
+    pp = PairProber(plan, store, run_store, reference, question.get("key"), log)
+    # live workers serve one probe after another (under emulation a worker's start is most of a small probe)
+    with serving(2) as pool:
+        return _blame(pp, pool, plan, good, bad, store, run_store, question, nodes, repo, log, t0)
+
+
+def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, nodes, repo, log, t0) -> dict:
+    looks = list(pool.map(lambda r: pp.verdict(r, look=True), (good, bad)))
+    seen = {good.version: looks[0]["verdict"], bad.version: looks[1]["verdict"]}
+    if seen != {good.version: "good", bad.version: "bad"}:
+        raise NoFlip(f"{good.version} is {seen[good.version]} and {bad.version} is {seen[bad.version]} here "
+                     f"({looks[1]['why'] or looks[0]['why']}): the pair does not flip, nothing to blame")
+    logs = {r.version: session_log.read(pp.look_dir(r.version) / "session.log") for r in (good, bad)}
+    bad_log = logs[bad.version] or session_log.SessionLog()
+    rules = _rules_in(plan, bad)
+
+    found = minimal_set(bad_log.modified, bad_log.ran, rules,
+                        lambda names: pp.verdict(bad, names)["verdict"] == "good")
+    doc: dict = {
+        "run_id": run_store.dir.name, "last_good": good.version, "first_bad": bad.version,
+        "question": question, "transformers": found.transformers, "flips": found.flips,
+        "stages": [s.document() for s in found.stages],
+        "session_logs": {v: (lg.document() if lg else None) for v, lg in logs.items()},
+    }
+    # a load error often names the transformer it failed in (a fused node is named after its fusion)
+    error = (looks[1]["record"].get("reason") or "") if looks[1]["record"].get("status") == "error" else ""
+    named = [n for n in bad_log.ran if n not in (found.transformers or []) and re.search(rf"\b{re.escape(n)}\b", error)]
+    doc["named_by_error"] = [{"name": n, "flips": pp.verdict(bad, (n,))["verdict"] == "good"} for n in named[:3]]
+    if found.flips:
+        on_good = pp.verdict(good, found.transformers)
+        good_log = logs[good.version] or session_log.SessionLog()
+        changed_on_good = [n for n in found.transformers if n in good_log.modified]
+        doc["on_last_good"] = {
+            "verdict": on_good["verdict"], "why": on_good["why"],
+            "changed_graph": changed_on_good,
+            "ran": [n for n in found.transformers if n in good_log.ran],
+            "new_in_first_bad": not changed_on_good,
+        }
+        doc["level"] = None
+    else:
+        doc["on_last_good"] = None
+        doc["level"] = _level(pp, bad)
+    doc["kernels"] = _kernels(plan, pp, good, bad, logs, nodes)
+    doc["commits"] = _commits(repo, doc, run_store, good, bad, log) if repo else None
+    doc["probes"] = [{k: v for k, v in s.items()} for s in pp.made]
+    doc["probed_now"] = pp.probes
+    doc["seconds"] = round(time.perf_counter() - t0, 1)
+    doc["text"] = said(doc)
+    store.save_document(BLAME_DOC, doc)
+    return doc
+
+
+def _rules_in(plan, release) -> list[str]:
+    """The rewrite rules whose names the release's binary holds (all of REWRITE_RULES when it cannot be read)."""
+    from harness.triage.options import binary_strings, pybind_module
+
+    try:
+        env = plan.runner.prepare(release)
+    except EnvironmentSkip:
+        return list(REWRITE_RULES)
+    module = pybind_module(env.path) if env and env.path else None
+    if module is None:
+        return list(REWRITE_RULES)
+    found = binary_strings(module, list(REWRITE_RULES))
+    return [r for r in REWRITE_RULES if found.get(r)]
+
+
+def _level(pp: PairProber, bad) -> dict:
+    """The lowest graph optimization level at which B is bad (no set of transformer names flips it)."""
+    verdicts = {}
+    for level in LEVELS:
+        verdicts[level] = pp.verdict(bad, level=level)["verdict"]
+        if verdicts[level] == "bad":
+            break
+    good_at = [lv for lv, v in verdicts.items() if v == "good"]
+    bad_from = next((lv for lv, v in verdicts.items() if v == "bad"), "all")
+    return {"verdicts": verdicts, "good_at": good_at[-1] if good_at else None, "bad_from": bad_from}
+
+
+def _load(path: Path) -> onnx.ModelProto | None:
+    try:
+        return onnx.load(str(path), load_external_data=False) if path.is_file() else None
+    except Exception:  # noqa: BLE001 - an unreadable graph only loses the kernel section
+        return None
+
+
+def _kernels(plan, pp: PairProber, good, bad, logs: dict, nodes: list[str]) -> dict | None:
+    original = _load(Path(plan.job.model))
+    graphs = {r.version: _load(pp.look_dir(r.version) / "optimized.onnx") for r in (good, bad)}
+    missing = [v for v, graph in graphs.items() if graph is None]
+    if original is None or missing:
+        return {"error": f"{' and '.join(missing) or 'the model'}: no optimized graph was saved (a session that fails "
+                         "saves none), so no kernel is named"}
+    g, b = graphs[good.version], graphs[bad.version]
+    changed = kern.changed_nodes(original, g, b)
+    # the reduction's nodes that ran differently first, then the rest of them; without any, the changed ones
+    named = [n for n in nodes if n in changed] + [n for n in nodes if n not in changed] if nodes else changed
+    named = list(dict.fromkeys(named))[:KERNEL_NODES]
+    on_good = kern.kernels(original, g, logs[good.version], named)
+    on_bad = kern.kernels(original, b, logs[bad.version], named)
+    rows = [{"node": n, "last_good": on_good[n].document() if n in on_good else None,
+             "first_bad": on_bad[n].document(),
+             "sentence": kern.sentence(good.version, on_good.get(n), bad.version, on_bad[n])}
+            for n in named if n in on_bad]
+    return {"nodes": rows, "named_by": "the run's reduction or explanation" if nodes else
+            "the nodes that ran differently on the two releases", "changed_nodes": len(changed),
+            "graphs": kern.graph_changes(g, b)}
+
+
+def _commits(repo: Path, doc: dict, run_store: RunStore, good, bad, log) -> dict:
+    from harness.blame import commits as git
+    from harness.results.history import latest_by_version, own_records
+    from harness.summary import build_of
+
+    recs = latest_by_version(own_records(run_store.records()))
+    found = {r.version: git.resolve(repo, build_of(recs.get(r.version))["commit"], r.version) for r in (good, bad)}
+    kernels = [(k["first_bad"]["op_type"], k["first_bad"]["domain"], k["first_bad"]["provider"] or "CPUExecutionProvider")
+               for k in (doc.get("kernels") or {}).get("nodes", []) if k.get("first_bad")]
+    if doc["flips"]:
+        kernels = []  # a transformer flips it: its source is where to look
+    rng = git.suspects(repo, found[good.version], found[bad.version], doc["transformers"] or [],
+                       list(dict.fromkeys(kernels)), good_version=good.version, bad_version=bad.version)
+    log(f"commits {good.version}..{bad.version}: {rng.total}, {len(rng.suspects)} touch what is blamed")
+    return rng.document()
+
+
+def said(doc: dict) -> str:
+    """The blame in a few sentences (the report's and the terminal's)."""
+    L, B = doc["last_good"], doc["first_bad"]
+    out = []
+    if doc["flips"]:
+        names = ", ".join(f"`{n}`" for n in doc["transformers"])
+        out.append(f"Disabling {names} (session option `disabled_optimizers`) makes {B} good again.")
+        lg = doc.get("on_last_good") or {}
+        if lg:
+            if lg["new_in_first_bad"]:
+                out.append(f"On {L} {'it' if len(doc['transformers']) == 1 else 'they'} did not change the graph "
+                           f"({lg['verdict']} with {'it' if len(doc['transformers']) == 1 else 'them'} disabled): "
+                           f"the rewrite is new in {B}.")
+            else:
+                out.append(f"On {L} {', '.join(lg['changed_graph'])} changed the graph too and {L} is "
+                           f"{lg['verdict']} with it disabled: what the rewrite makes became bad in {B}.")
+        for alt in doc.get("named_by_error") or []:
+            out.append(f"`{alt['name']}`, which {B}'s error names, "
+                       + ("makes it good when disabled alone too." if alt["flips"] else "does not flip it alone."))
+    else:
+        level = doc.get("level") or {}
+        out.append(f"No set of graph transformers flips {B}: disabling every one that changed its graph, then "
+                   "every one that ran, leaves it bad.")
+        if level.get("good_at"):
+            out.append(f"{B} is good at graph optimization level `{level['good_at']}` and bad from "
+                       f"`{level['bad_from']}`: an optimization of that level that `disabled_optimizers` does not reach.")
+        elif level:
+            out.append(f"{B} is bad even with graph optimizations disabled: the change is in a kernel or the runtime.")
+    rows = (doc.get("kernels") or {}).get("nodes") or []
+    for row in rows[:3]:
+        out.append(row["sentence"][0].upper() + row["sentence"][1:] + ".")
+    commits = doc.get("commits")
+    if commits:
+        out.append(f"{len(commits['suspects'])} of the {commits['total']} commits between {L} and {B} touch "
+                   "the source of what is blamed (suspects, not a verdict).")
+    return " ".join(out)
+
+
+def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, repo: Path | None = None,
+                    question: str | None = None, bad_if: str | None = None, command: list[str] | None = None,
+                    log=lambda msg: None) -> dict:
+    """Blame the boundary of a run's question (its newest run document, or `question`); UsageError before any
+    probe when the run cannot be blamed, NoFlip when the pair does not flip here."""
+    import dataclasses
+
+    from harness.plan import make_plan, spec_of_run
+    from harness.request import release_listing
+    from harness.results.store import REDUCED
+    from harness.session import asked_of_run, judged_for, question_boundary
+
+    run_dir = Path(run_dir)
+    store = RunStore(run_dir)
+    asked = asked_of_run(store, question, bad_if)
+    q = asked.question
+    records = judged_for(store, q)
+    if not records:
+        raise UsageError(f"{run_dir.name}: no probes recorded, nothing to blame")
+    found = question_boundary(records, release_listing(cache_dir, offline), q)
+    if not found.first_bad:
+        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to blame under "
+                         f"{asked.said}")
+    if repo is not None and not (Path(repo) / ".git").exists() and not (Path(repo) / "HEAD").is_file():
+        raise UsageError(f"--repo {repo}: not a git repository (a clone of onnxruntime)")
+    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad, q)
+    plan = make_plan(dataclasses.replace(spec, from_=found.last_good, to=found.first_bad), command)
+    good = next(r for r in plan.releases if r.version == found.last_good)
+    bad = next(r for r in plan.releases if r.version == found.first_bad)
+    reference = restored(q.reference, store) if q.reference and q.predicate.needs_reference else None
+    if reference is not None and reference.kind == "file" and reference.arrays is None:
+        raise UsageError(f"{run_dir.name}: its question compares with {reference.label}, and that file is not here "
+                         "as it was digested")
+    blame_store = RunStore.open(run_dir, BLAME, {"blames": run_dir.name}, {"predicate": str(q.predicate)},
+                                command or ["bisect", "blame", run_dir.name])
+    log(f"blaming {good.version} (good) -> {bad.version} (bad), answering {asked.said}")
+    try:
+        return blame_pair(plan, good, bad, blame_store, store, reference=reference,
+                          question={**q.document(), "key": asked.key, "said": asked.said},
+                          nodes=_named_nodes(store, run_dir / REDUCED), repo=Path(repo) if repo else None, log=log)
+    except (UsageError, EnvironmentSkip) as exc:  # probes ran: a failure now, not bad input
+        raise HarnessError(f"blame: {exc}") from None
+
+
+def _named_nodes(store: RunStore, reduced_dir: Path) -> list[str]:
+    """The nodes the run's reduction kept, else the explanation's suspect: what the kernel section names."""
+    from harness.results.store import EXPLANATION
+
+    reduced = RunStore(reduced_dir).document("reduce") if reduced_dir.is_dir() else None
+    names = []
+    if isinstance(reduced, dict) and isinstance(reduced.get("nodes"), dict):
+        kept = reduced["nodes"].get("kept") or []
+        names = [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
+    expl = store.document(EXPLANATION)
+    if isinstance(expl, dict) and isinstance(expl.get("suspect"), str):
+        names.append(expl["suspect"])
+    return names

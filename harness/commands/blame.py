@@ -1,0 +1,60 @@
+"""`bisect blame RUN`: below the release pair, the graph transformer, the kernel and the commits."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from harness.commands.common import (
+    bad_if_text,
+    err,
+    json_option,
+    log_to_stderr,
+    out,
+    print_json,
+    question_options,
+    results_dir_option,
+    run_dir_of,
+    store_options,
+)
+
+
+@click.command("blame")
+@click.argument("run", metavar="RUN")
+@results_dir_option
+@store_options
+@question_options
+@click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="A clone of onnxruntime: list the commits between the two builds that touch what is blamed.")
+@json_option
+def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_json):
+    """Which graph transformer, kernel and commits: below a run's last good and first bad release.
+
+    On the first bad release B: the transformers its session log says changed the graph, delta-debugged with
+    the session option `disabled_optimizers` to the fewest whose disabling makes B good again (then the same
+    on the last good release); else the optimization level that does; how the nodes the run names ran on each
+    release (op, domain, provider, types); with --repo, the commits between the two builds that touch the
+    source of what is blamed. Judged as the run's question judges (--question, --bad-if). Writes
+    results/<run>/blame/. Exit status: 0 something named (a transformer set that flips B, or a kernel that
+    changed), 3 nothing to blame (the pair does not flip here), 2 refused before any probe, 1 a failure.
+    """
+    from harness.blame.pair import NoFlip, blame_saved_run
+    from harness.report.terminal import blame_summary
+    from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY
+
+    try:
+        doc = blame_saved_run(run_dir_of(run, results_dir), cache_dir, offline, repo=repo, question=question,
+                              bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr)
+    except NoFlip as exc:
+        if as_json:
+            print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})
+        err.print(f"nothing to blame: {exc}")
+        return EXIT_NO_BOUNDARY
+    if as_json:
+        print_json(doc)
+    else:
+        out.print(blame_summary(doc))
+    named = doc["flips"] or bool((doc.get("kernels") or {}).get("nodes"))
+    return EXIT_FOUND if named else EXIT_NO_BOUNDARY

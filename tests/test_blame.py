@@ -1,0 +1,237 @@
+"""`bisect blame`: below a release pair, the graph transformer, the kernel and the commits."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import builders
+import numpy as np
+import pytest
+
+from harness.blame import session_log
+from harness.blame.kernels import Kernel, sentence
+from harness.blame.transformers import minimal_set
+
+# --- the session log ---------------------------------------------------------------------------
+
+LOG = """\
+2026-12-03 14:34:21.1 [I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer ConstantSharing modified: 0 with status: OK
+2026-12-03 14:34:21.2 [I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer ReshapeFusion modified: 0 with status: OK
+\x1b[1;31m2026-12-03 14:34:21.3 [I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer ConstantSharing modified: 1 with status: OK\x1b[m
+2026-12-03 14:34:21.4 [I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer $(touch pwned) modified: 1 with status: OK
+2026-12-03 14:34:21.5 [I:onnxruntime:, graph_transformer.cc:15 Apply] GraphTransformer QDQFinalCleanupTransformer modified: 0 with status: FAIL
+2026-12-03 14:34:21.6 [V:onnxruntime:, session_state.cc:1260 VerifyEachNodeIsAssignedToAnEp] Node placements
+2026-12-03 14:34:21.7 [V:onnxruntime:, session_state.cc:1263 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [CUDAExecutionProvider]. Number of nodes: 2
+  Add (/model/layers.0/Add)
+  MatMul (/model/layers.0/MatMul)
+
+2026-12-03 14:34:21.8 [V:onnxruntime:, session_state.cc:1263 VerifyEachNodeIsAssignedToAnEp]  Node(s) placed on [CPUExecutionProvider]. Number of nodes: 1
+  Shape (/model/Shape)
+2026-12-03 14:34:21.9 [V:onnxruntime:, session_state.cc:144 CreateGraphInfo] SaveMLValueNameIndexMapping
+  Gather (/model/not-a-placement)
+"""
+
+
+def test_the_session_log_names_what_ran_what_changed_the_graph_and_where_each_node_went():
+    log = session_log.parse(LOG)
+    assert log.ran == ["ConstantSharing", "ReshapeFusion", "QDQFinalCleanupTransformer"]
+    assert log.modified == ["ConstantSharing"]  # modified once of its two passes; a non-identifier is no name
+    assert log.failed == ["QDQFinalCleanupTransformer"]
+    assert log.placements == {"/model/layers.0/Add": "CUDAExecutionProvider",
+                              "/model/layers.0/MatMul": "CUDAExecutionProvider", "/model/Shape": "CPUExecutionProvider"}
+    assert log.node_counts == {"CUDAExecutionProvider": 2, "CPUExecutionProvider": 1}
+    assert log.provider_of("/model/not-a-placement") is None and log.all_on is None
+    one = session_log.parse("x [V:onnxruntime:, s.cc:1 V]  All nodes placed on [CPUExecutionProvider]. Number of nodes: 653")
+    assert one.all_on == "CPUExecutionProvider" and one.provider_of("anything") == "CPUExecutionProvider"
+
+
+def test_a_session_log_past_its_limit_is_read_to_the_limit_and_said(tmp_path):
+    path = tmp_path / "session.log"
+    line = "t t [I:onnxruntime:, g.cc:1 A] GraphTransformer ConstantFolding modified: 1 with status: OK\n"
+    path.write_text(line + "x" * (session_log.LOG_LIMIT + 10))
+    log = session_log.read(path)
+    assert log.truncated and log.modified == ["ConstantFolding"]
+    assert session_log.read(tmp_path / "absent.log") is None
+
+
+# --- which transformers: delta debugging over disabled_optimizers ------------------------------------
+
+
+def asked_counting(culprits):
+    asked = []
+
+    def flips(names):
+        asked.append(frozenset(names))
+        return culprits(set(names))
+
+    return asked, flips
+
+
+def test_the_fewest_transformers_that_flip_are_found_and_no_set_is_asked_twice():
+    modified = ["A", "B", "C", "D", "E", "F", "G", "H"]
+    asked, flips = asked_counting(lambda s: {"B", "G"} <= s)
+    found = minimal_set(modified, modified, [], flips)
+    assert found.flips and sorted(found.transformers) == ["B", "G"]
+    assert len(asked) == len(set(asked)) == found.tried
+    assert [s.over for s in found.stages] == ["changed the graph"]
+
+
+def test_a_transformer_that_changed_nothing_before_the_load_failed_is_found_among_those_that_ran():
+    asked, flips = asked_counting(lambda s: "SimplifiedLayerNormFusion" in s)
+    found = minimal_set(["ConstantFolding", "ReshapeFusion"], ["ConstantFolding", "SimplifiedLayerNormFusion", "X"],
+                        [], flips)
+    assert found.transformers == ["SimplifiedLayerNormFusion"]
+    assert [(s.over, s.flipped) for s in found.stages] == [("changed the graph", False), ("ran", True)]
+
+
+def test_a_rule_based_transformer_is_searched_down_to_its_rewrite_rule():
+    asked, flips = asked_counting(lambda s: bool({"Level1_RuleBasedTransformer", "GemmTransposeFusion"} & s))
+    found = minimal_set(["ConstantFolding", "Level1_RuleBasedTransformer"], [],
+                        ["EliminateIdentity", "GemmTransposeFusion", "ConvBNFusion"], flips)
+    assert found.transformers == ["GemmTransposeFusion"]
+    assert found.stages[-1].over == "rules of Level1_RuleBasedTransformer" and found.stages[-1].flipped
+
+
+def test_when_no_set_flips_none_is_named_and_both_stages_are_said():
+    asked, flips = asked_counting(lambda s: False)
+    found = minimal_set(["A"], ["A", "B"], ["EliminateIdentity"], flips)
+    assert found.transformers is None and not found.flips
+    assert [(s.over, s.flipped) for s in found.stages] == [("changed the graph", False), ("ran", False)]
+    assert len(asked) == 2
+
+
+def test_the_kernel_sentence_says_how_the_node_ran_on_each_release():
+    bad = Kernel("/model/layers.4/Add_1", "Add", "ai.onnx", "CPUExecutionProvider", "fp16", "/model/layers.4/Add_1",
+                 ("fp16", "fp16"), ("fp16",), 0)
+    good = Kernel("/model/layers.4/Add_1", "Add", "ai.onnx", "CPUExecutionProvider", "fp32-island",
+                  "/model/layers.4/Add_1", ("fp32", "fp32"), ("fp32",), 2)
+    assert sentence("1.23.2", good, "1.24.1", bad) == (
+        "in 1.24.1, `/model/layers.4/Add_1` runs as an fp16 Add on the CPU provider; in 1.23.2 it ran in fp32 "
+        "between inserted Casts, as Add")
+    fused = Kernel("/n/Mul", "SimplifiedLayerNormalization", "ai.onnx", "CPUExecutionProvider", "fp32",
+                   "/n/Mul/SimplifiedLayerNormFusion/", ("fp32",), ("fp32",), 0)
+    assert "fused into `/n/Mul/SimplifiedLayerNormFusion/`" in sentence("1", fused, "2", bad)
+    assert sentence("1", bad, "2", bad).endswith(", as in 1")
+
+
+# --- real releases -----------------------------------------------------------------------------------
+
+
+def blame_store_records(run_dir):
+    return [json.loads(line) for line in (run_dir / "blame" / "probes.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.release
+def test_a_load_error_of_a_fusion_is_blamed_on_the_transformers_onnxruntime_confirms(bisect, tmp_path):
+    """1.22.1 -> 1.23.0, a model the test builds (the shape of PP-OCRv4's recognizer converted to fp16)."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.shared_constant_norms_model(), d / "model.onnx")
+    np.savez(d / "batch.npz", x=np.random.default_rng(0).random((2, 4, 16), dtype=np.float32))
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.22.1", "--to", "1.23.0",
+               "--bad-if", "error", "--blame", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    blame = doc["blame"]
+    assert (blame["last_good"], blame["first_bad"]) == ("1.22.1", "1.23.0")
+    assert blame["flips"] and len(blame["transformers"]) == 1
+    assert blame["transformers"][0] in ("ConstantSharing", "SimplifiedLayerNormFusion")
+    # B good with the set disabled, bad without: the probes that say so
+    probes = {(p["version"], tuple(p["disabled"]), p["level"]): p["verdict"] for p in blame["probes"]}
+    assert probes[("1.23.0", (), None)] == "bad" and probes[("1.23.0", tuple(blame["transformers"]), None)] == "good"
+    assert probes[("1.22.1", (), None)] == "good"
+    # the fusion the error names flips it alone too
+    assert {"name": "SimplifiedLayerNormFusion", "flips": True} in blame["named_by_error"] + [
+        {"name": blame["transformers"][0], "flips": True}]
+    assert blame["on_last_good"]["verdict"] == "good"
+    assert "1.23.0" in blame["kernels"]["error"]  # a session that fails saves no optimized graph
+    run_dir = results / doc["run_id"]
+    recs = blame_store_records(run_dir)
+    # what the worker was given is what the record says it disabled
+    assert all(r["result"]["session_options"].get("disabled_optimizers", []) == r["disabled"] for r in recs)
+
+    again = bisect("blame", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert again.returncode == 0, again.stderr
+    assert again.json()["probed_now"] == 0 and again.json()["transformers"] == blame["transformers"]
+    assert len(blame_store_records(run_dir)) == len(recs)  # resumed: nothing probed twice
+
+
+@pytest.mark.release
+def test_a_kernel_change_is_no_transformers_fault_and_the_kernel_is_named(bisect, tmp_path):
+    results = tmp_path / "results"
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    b = bisect("blame", r.json()["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert b.returncode == 0, b.stderr
+    doc = b.json()
+    assert not doc["flips"] and doc["transformers"] is None and doc["on_last_good"] is None
+    assert [s["flipped"] for s in doc["stages"]] == [False, False]
+    assert doc["level"]["verdicts"]["disable"] == "bad" and doc["level"]["good_at"] is None
+    rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
+    norm = rows["/model/norm/SimplifiedLayerNormalization"]
+    assert norm["first_bad"]["precision"] == "fp16" and norm["first_bad"]["inputs"][0] == "fp16"
+    assert norm["last_good"]["precision"] == "fp32-island" and norm["last_good"]["casts"] > 0
+    assert norm["first_bad"]["provider"] == "CPUExecutionProvider"
+    assert norm["sentence"] == ("in 1.20.0, `/model/norm/SimplifiedLayerNormalization` runs as an fp16 "
+                                "SimplifiedLayerNormalization on the CPU provider; in 1.19.2 it ran in fp32 between "
+                                "inserted Casts, as SimplifiedLayerNormalization")
+    casts = doc["kernels"]["graphs"]["inserted_casts"]
+    assert set(casts) == {"last_good", "first_bad"} and casts["last_good"] > 0
+    assert "No set of graph transformers flips 1.20.0" in doc["text"]
+    assert doc["session_logs"]["1.20.0"]["all_on"] == "CPUExecutionProvider"
+
+    run_id = r.json()["run_id"]
+    report = ("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    rep = bisect(*report)
+    assert rep.returncode == 0, rep.stderr
+    section = rep.stdout.split("### Below the release", 1)[1].split("###", 1)[0]
+    assert norm["sentence"][1:] in section and "No set of graph transformers flips 1.20.0" in section
+
+    # blame.json is read back as untrusted: markup stays text, a value of the wrong shape is left out
+    path = results / run_id / "blame" / "blame.json"
+    hostile = {**doc, "text": "ok\n## Injected heading\n<img src=x onerror=alert(1)>",
+               "commits": {"total": "many", "suspects": [{"sha": 1}]}}
+    path.write_text(json.dumps(hostile))
+    rep = bisect(*report)
+    assert rep.returncode == 0, rep.stderr
+    assert "\n## Injected heading" not in rep.stdout and not re.search(r"(?<!\\)<img", rep.stdout)
+    assert "\\#\\# Injected heading" in rep.stdout  # shown, as text
+    assert "Commits between the two builds" not in rep.stdout
+
+
+@pytest.mark.release
+def test_blame_refuses_a_run_with_no_boundary_and_a_repo_that_is_not_one(bisect, tmp_path):
+    results = tmp_path / "results"
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.19.2", "--json", results=results)
+    assert r.returncode == 3, r.stderr
+    run_id = r.json()["run_id"]
+    b = bisect("blame", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
+    assert b.returncode == 2 and "no last good and first bad release" in b.stderr
+    assert not (results / run_id / "blame").exists()
+    r2 = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--json", results=results)
+    b2 = bisect("blame", r2.json()["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                "--repo", str(tmp_path))
+    assert b2.returncode == 2 and "not a git repository" in b2.stderr
+    assert not (results / r2.json()["run_id"] / "blame").exists()
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+def test_the_aarch64_residual_add_is_blamed_on_its_kernel_under_qemu(bisect, tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_overflow_model(), d / "model.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
+               "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--blame", "--json",
+               results=tmp_path / "results")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()["blame"]
+    assert not doc["flips"] and doc["level"]["verdicts"]["disable"] == "bad"
+    rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
+    add = rows["/model/layers.1/Add"]
+    assert add["first_bad"]["precision"] == "fp16" and add["last_good"]["precision"] == "fp32-island"
+    assert add["sentence"].startswith("in 1.24.1, `/model/layers.1/Add` runs as an fp16 Add on the CPU provider; "
+                                      "in 1.23.2 it ran in fp32 between inserted Casts")
