@@ -180,6 +180,21 @@ def question_boundary(records: dict[str, dict], listing: list, question: Questio
     return boundary_in(inside, span)
 
 
+def question_pair(records: dict[str, dict], listing: list, question: Question) -> tuple[str, str] | None:
+    """(good, bad) releases of the question's boundary: last good and first bad of a regression, first good
+    and last bad of a fix; None when its judged records show no boundary in its range."""
+    if question.mode != "fix":
+        found = question_boundary(records, listing, question)
+        return (found.last_good, found.first_bad) if found.first_bad else None
+    lo, hi = parse_version(question.first), parse_version(question.last)
+    span = [r for r in listing if lo <= parse_version(r.version) <= hi]
+    known = [records[r.version]["verdict"] if r.version in records else None for r in span]
+    step = search.bisect_step(known, "fix")
+    if step.status != "found":
+        return None
+    return span[step.hi].version, span[step.lo].version
+
+
 @dataclass
 class Boundary:
     releases: list  # the releases from the first to the last probed one

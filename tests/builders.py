@@ -449,3 +449,22 @@ def shared_constant_norms_model(width: int = 16) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model
+
+
+def identity_transpose_gemm_model(n: int = 8) -> tuple[onnx.ModelProto, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """Transpose(perm=[0, 1]) -> Gemm: the model, its input and the true output (numpy's x @ W).
+
+    The Transpose changes nothing, yet onnxruntime up to 1.29.0 fuses it into the Gemm as transA=1 (the rewrite
+    rule GemmTransposeFusion did not look at `perm`; onnxruntime issue #32228): the output is x.T @ W. 1.30.0
+    keeps the Transpose and is right; 1.29.0 with `disabled_optimizers=["GemmTransposeFusion"]` is right too,
+    with ["Level1_RuleBasedTransformer"] it is not (checked with onnxruntime's own API)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((n, n)).astype(np.float32)
+    x = rng.standard_normal((n, n)).astype(np.float32)
+    nodes = [helper.make_node("Transpose", ["x"], ["xt"], name="t", perm=[0, 1]),
+             helper.make_node("Gemm", ["xt", "W"], ["y"], name="gemm")]
+    graph = helper.make_graph(nodes, "identity_transpose_gemm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [n, n])], [numpy_helper.from_array(w, "W")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    return model, {"x": x}, {"y": x @ w}

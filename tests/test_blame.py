@@ -93,6 +93,16 @@ def test_a_rule_based_transformer_is_searched_down_to_its_rewrite_rule():
     assert found.stages[-1].over == "rules of Level1_RuleBasedTransformer" and found.stages[-1].flipped
 
 
+def test_a_rewrite_rule_that_its_rule_based_transformers_name_does_not_reach_is_found_by_its_own():
+    # 1.29.0: disabling Level1_RuleBasedTransformer leaves GemmTransposeFusion running
+    asked, flips = asked_counting(lambda s: "GemmTransposeFusion" in s)
+    found = minimal_set(["Level1_RuleBasedTransformer", "ConstantFolding"], [],
+                        ["EliminateIdentity", "GemmSumFusion", "GemmTransposeFusion"], flips)
+    assert found.transformers == ["GemmTransposeFusion"]
+    assert found.stages[0].names == ["Level1_RuleBasedTransformer", "EliminateIdentity", "GemmSumFusion",
+                                     "GemmTransposeFusion", "ConstantFolding"]
+
+
 def test_when_no_set_flips_none_is_named_and_both_stages_are_said():
     asked, flips = asked_counting(lambda s: False)
     found = minimal_set(["A"], ["A", "B"], ["EliminateIdentity"], flips)
@@ -135,7 +145,7 @@ def test_a_load_error_of_a_fusion_is_blamed_on_the_transformers_onnxruntime_conf
     assert r.returncode == 0, r.stderr
     doc = r.json()
     blame = doc["blame"]
-    assert (blame["last_good"], blame["first_bad"]) == ("1.22.1", "1.23.0")
+    assert (blame["last_good"], blame["first_bad"]) == (blame["good"], blame["bad"]) == ("1.22.1", "1.23.0")
     assert blame["flips"] and len(blame["transformers"]) == 1
     assert blame["transformers"][0] in ("ConstantSharing", "SimplifiedLayerNormFusion")
     # B good with the set disabled, bad without: the probes that say so
@@ -145,7 +155,7 @@ def test_a_load_error_of_a_fusion_is_blamed_on_the_transformers_onnxruntime_conf
     # the fusion the error names flips it alone too
     assert {"name": "SimplifiedLayerNormFusion", "flips": True} in blame["named_by_error"] + [
         {"name": blame["transformers"][0], "flips": True}]
-    assert blame["on_last_good"]["verdict"] == "good"
+    assert blame["on_last_good"]["verdict"] == "good" and blame["on_last_good"]["version"] == "1.22.1"
     assert "1.23.0" in blame["kernels"]["error"]  # a session that fails saves no optimized graph
     run_dir = results / doc["run_id"]
     recs = blame_store_records(run_dir)
@@ -156,6 +166,30 @@ def test_a_load_error_of_a_fusion_is_blamed_on_the_transformers_onnxruntime_conf
     assert again.returncode == 0, again.stderr
     assert again.json()["probed_now"] == 0 and again.json()["transformers"] == blame["transformers"]
     assert len(blame_store_records(run_dir)) == len(recs)  # resumed: nothing probed twice
+
+
+@pytest.mark.release
+def test_a_fix_is_blamed_on_the_rewrite_rule_it_fixed(bisect, tmp_path):
+    """onnxruntime #32228 rebuilt: GemmTransposeFusion ignored `perm` until 1.30.0 (truth: numpy's x @ W)."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model, feeds, truth = builders.identity_transpose_gemm_model()
+    builders.save(model, d / "model.onnx")
+    np.savez(d / "x.npz", **feeds)
+    np.savez(d / "truth.npz", **truth)
+    r = bisect("run", "--mode", "fix", "--model", str(d / "model.onnx"), "--inputs", str(d / "x.npz"),
+               "--reference", str(d / "truth.npz"), "--bad-if", "abs-diff>1e-3", "--from", "1.29.0", "--to", "1.30.0",
+               "--blame", "--json", results=tmp_path / "results")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()["blame"]
+    assert (doc["mode"], doc["last_bad"], doc["first_good"]) == ("fix", "1.29.0", "1.30.0")
+    assert doc["transformers"] == ["GemmTransposeFusion"] and doc["flips"]
+    probes = {(p["version"], tuple(p["disabled"])): p["verdict"] for p in doc["probes"] if not p["level"]}
+    assert probes[("1.29.0", ())] == "bad" and probes[("1.29.0", ("GemmTransposeFusion",))] == "good"
+    assert doc["on_last_good"] == {**doc["on_last_good"], "version": "1.30.0", "verdict": "good"}
+    rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
+    assert rows["t"]["bad"]["op_type"] == "Gemm" and rows["t"]["good"]["op_type"] == "Transpose"
+    assert "ai.onnx:Transpose" in doc["kernels"]["graphs"]["gone"]
 
 
 @pytest.mark.release
@@ -171,14 +205,14 @@ def test_a_kernel_change_is_no_transformers_fault_and_the_kernel_is_named(bisect
     assert doc["level"]["verdicts"]["disable"] == "bad" and doc["level"]["good_at"] is None
     rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
     norm = rows["/model/norm/SimplifiedLayerNormalization"]
-    assert norm["first_bad"]["precision"] == "fp16" and norm["first_bad"]["inputs"][0] == "fp16"
-    assert norm["last_good"]["precision"] == "fp32-island" and norm["last_good"]["casts"] > 0
-    assert norm["first_bad"]["provider"] == "CPUExecutionProvider"
+    assert norm["bad"]["precision"] == "fp16" and norm["bad"]["inputs"][0] == "fp16"
+    assert norm["good"]["precision"] == "fp32-island" and norm["good"]["casts"] > 0
+    assert norm["bad"]["provider"] == "CPUExecutionProvider"
     assert norm["sentence"] == ("in 1.20.0, `/model/norm/SimplifiedLayerNormalization` runs as an fp16 "
                                 "SimplifiedLayerNormalization on the CPU provider; in 1.19.2 it ran in fp32 between "
                                 "inserted Casts, as SimplifiedLayerNormalization")
     casts = doc["kernels"]["graphs"]["inserted_casts"]
-    assert set(casts) == {"last_good", "first_bad"} and casts["last_good"] > 0
+    assert set(casts) == {"good", "bad"} and casts["good"] > 0
     assert "No set of graph transformers flips 1.20.0" in doc["text"]
     assert doc["session_logs"]["1.20.0"]["all_on"] == "CPUExecutionProvider"
 
@@ -232,6 +266,6 @@ def test_the_aarch64_residual_add_is_blamed_on_its_kernel_under_qemu(bisect, tmp
     assert not doc["flips"] and doc["level"]["verdicts"]["disable"] == "bad"
     rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
     add = rows["/model/layers.1/Add"]
-    assert add["first_bad"]["precision"] == "fp16" and add["last_good"]["precision"] == "fp32-island"
+    assert add["bad"]["precision"] == "fp16" and add["good"]["precision"] == "fp32-island"
     assert add["sentence"].startswith("in 1.24.1, `/model/layers.1/Add` runs as an fp16 Add on the CPU provider; "
                                       "in 1.23.2 it ran in fp32 between inserted Casts")

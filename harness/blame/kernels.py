@@ -87,12 +87,12 @@ def graph_changes(good: onnx.ModelProto, bad: onnx.ModelProto) -> dict:
 
     a, b = counts(good), counts(bad)
     ops = sorted(set(a) | set(b))
-    changed = [{"op": op, "last_good": a.get(op, 0), "first_bad": b.get(op, 0)} for op in ops if a.get(op, 0) != b.get(op, 0)]
+    changed = [{"op": op, "good": a.get(op, 0), "bad": b.get(op, 0)} for op in ops if a.get(op, 0) != b.get(op, 0)]
     return {"ops": changed,
-            "appeared": [c["op"] for c in changed if not c["last_good"]],
-            "gone": [c["op"] for c in changed if not c["first_bad"]],
-            "inserted_casts": {"last_good": inserted(good), "first_bad": inserted(bad)},
-            "nodes": {"last_good": len(good.graph.node), "first_bad": len(bad.graph.node)}}
+            "appeared": [c["op"] for c in changed if not c["good"]],
+            "gone": [c["op"] for c in changed if not c["bad"]],
+            "inserted_casts": {"good": inserted(good), "bad": inserted(bad)},
+            "nodes": {"good": len(good.graph.node), "bad": len(bad.graph.node)}}
 
 
 def provider_words(provider: str | None) -> str:

@@ -29,7 +29,7 @@ import onnx
 
 from harness.blame import kernels as kern
 from harness.blame import session_log
-from harness.blame.transformers import REWRITE_RULES, minimal_set
+from harness.blame.transformers import REWRITE_RULES, RULE_BASED, minimal_set
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, Prober, serving
@@ -132,7 +132,8 @@ class PairProber:
 
 def blame_pair(plan, good, bad, store: RunStore, run_store: RunStore, *, reference: Reference | None,
                question: dict, nodes: list[str], repo: Path | None = None, log=lambda msg: None) -> dict:
-    """Blame the pair (L=`good`, B=`bad`) of a run: the blame document, kept in the blame store."""
+    """Blame the pair of a run (`good` and `bad`: the last good and first bad release of a regression, the first
+    good and last bad of a fix): the blame document, kept in the blame store."""
     t0 = time.perf_counter()
     pp = PairProber(plan, store, run_store, reference, question.get("key"), log)
     # live workers serve one probe after another (under emulation a worker's start is most of a small probe)
@@ -152,8 +153,11 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
 
     found = minimal_set(bad_log.modified, bad_log.ran, rules,
                         lambda names: pp.verdict(bad, names)["verdict"] == "good")
+    mode = question.get("mode") or "regression"
+    ends = {"last_good": good.version, "first_bad": bad.version} if mode != "fix" else \
+        {"first_good": good.version, "last_bad": bad.version}
     doc: dict = {
-        "run_id": run_store.dir.name, "last_good": good.version, "first_bad": bad.version,
+        "run_id": run_store.dir.name, "mode": mode, "good": good.version, "bad": bad.version, **ends,
         "question": question, "transformers": found.transformers, "flips": found.flips,
         "stages": [s.document() for s in found.stages],
         "session_logs": {v: (lg.document() if lg else None) for v, lg in logs.items()},
@@ -165,12 +169,15 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     if found.flips:
         on_good = pp.verdict(good, found.transformers)
         good_log = logs[good.version] or session_log.SessionLog()
-        changed_on_good = [n for n in found.transformers if n in good_log.modified]
+        # a rewrite rule runs inside its rule-based transformer: the log says only whether that one changed the graph
+        changed = set(good_log.modified) | ({n for n in found.transformers if n in rules}
+                                            if any(RULE_BASED.fullmatch(m) for m in good_log.modified) else set())
+        changed_on_good = [n for n in found.transformers if n in changed]
         doc["on_last_good"] = {
-            "verdict": on_good["verdict"], "why": on_good["why"],
+            "version": good.version, "verdict": on_good["verdict"], "why": on_good["why"],
             "changed_graph": changed_on_good,
-            "ran": [n for n in found.transformers if n in good_log.ran],
-            "new_in_first_bad": not changed_on_good,
+            "ran": [n for n in found.transformers if n in good_log.ran or n in rules],
+            "new_in_bad": not changed_on_good,
         }
         doc["level"] = None
     else:
@@ -178,7 +185,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
         doc["level"] = _level(pp, bad)
     doc["kernels"] = _kernels(plan, pp, good, bad, logs, nodes)
     doc["commits"] = _commits(repo, doc, run_store, good, bad, log) if repo else None
-    doc["probes"] = [{k: v for k, v in s.items()} for s in pp.made]
+    doc["probes"] = [{k: v for k, v in step.items() if k != "record"} for step in pp.made]
     doc["probed_now"] = pp.probes
     doc["seconds"] = round(time.perf_counter() - t0, 1)
     doc["text"] = said(doc)
@@ -234,8 +241,7 @@ def _kernels(plan, pp: PairProber, good, bad, logs: dict, nodes: list[str]) -> d
     named = list(dict.fromkeys(named))[:KERNEL_NODES]
     on_good = kern.kernels(original, g, logs[good.version], named)
     on_bad = kern.kernels(original, b, logs[bad.version], named)
-    rows = [{"node": n, "last_good": on_good[n].document() if n in on_good else None,
-             "first_bad": on_bad[n].document(),
+    rows = [{"node": n, "good": on_good[n].document() if n in on_good else None, "bad": on_bad[n].document(),
              "sentence": kern.sentence(good.version, on_good.get(n), bad.version, on_bad[n])}
             for n in named if n in on_bad]
     return {"nodes": rows, "named_by": "the run's reduction or explanation" if nodes else
@@ -244,38 +250,46 @@ def _kernels(plan, pp: PairProber, good, bad, logs: dict, nodes: list[str]) -> d
 
 
 def _commits(repo: Path, doc: dict, run_store: RunStore, good, bad, log) -> dict:
+    """The commits between the pair's builds (older..newer) that touch the source of what is blamed."""
     from harness.blame import commits as git
+    from harness.releases.versions import parse_version
     from harness.results.history import latest_by_version, own_records
     from harness.summary import build_of
 
     recs = latest_by_version(own_records(run_store.records()))
-    found = {r.version: git.resolve(repo, build_of(recs.get(r.version))["commit"], r.version) for r in (good, bad)}
-    kernels = [(k["first_bad"]["op_type"], k["first_bad"]["domain"], k["first_bad"]["provider"] or "CPUExecutionProvider")
-               for k in (doc.get("kernels") or {}).get("nodes", []) if k.get("first_bad")]
+    older, newer = sorted((good, bad), key=lambda r: parse_version(r.version))
+    revs = {r.version: git.resolve(repo, build_of(recs.get(r.version))["commit"], r.version) for r in (older, newer)}
     if doc["flips"]:
         kernels = []  # a transformer flips it: its source is where to look
-    rng = git.suspects(repo, found[good.version], found[bad.version], doc["transformers"] or [],
-                       list(dict.fromkeys(kernels)), good_version=good.version, bad_version=bad.version)
-    log(f"commits {good.version}..{bad.version}: {rng.total}, {len(rng.suspects)} touch what is blamed")
-    return rng.document()
+    else:
+        kernels = [(k["bad"]["op_type"], k["bad"]["domain"], k["bad"]["provider"] or "CPUExecutionProvider")
+                   for k in (doc.get("kernels") or {}).get("nodes", []) if k.get("bad")]
+    rng = git.suspects(repo, revs[older.version], revs[newer.version], doc["transformers"] or [],
+                       list(dict.fromkeys(kernels)), good_version=older.version, bad_version=newer.version)
+    log(f"commits {older.version}..{newer.version}: {rng.total}, {len(rng.suspects)} touch what is named")
+    return {**rng.document(), "older": older.version, "newer": newer.version}
 
 
 def said(doc: dict) -> str:
     """The blame in a few sentences (the report's and the terminal's)."""
-    L, B = doc["last_good"], doc["first_bad"]
+    G, B, fix = doc["good"], doc["bad"], doc.get("mode") == "fix"
     out = []
     if doc["flips"]:
         names = ", ".join(f"`{n}`" for n in doc["transformers"])
-        out.append(f"Disabling {names} (session option `disabled_optimizers`) makes {B} good again.")
+        one = len(doc["transformers"]) == 1
+        it, them = ("it", "it") if one else ("they", "them")
+        out.append(f"Disabling {names} (session option `disabled_optimizers`) makes {B} good"
+                   + (f": what {G} fixed is in what {'it rewrites' if one else 'they rewrite'}." if fix else " again."))
         lg = doc.get("on_last_good") or {}
-        if lg:
-            if lg["new_in_first_bad"]:
-                out.append(f"On {L} {'it' if len(doc['transformers']) == 1 else 'they'} did not change the graph "
-                           f"({lg['verdict']} with {'it' if len(doc['transformers']) == 1 else 'them'} disabled): "
+        if lg and not fix:
+            if lg["new_in_bad"]:
+                out.append(f"On {G} {it} did not change the graph ({lg['verdict']} with {them} disabled): "
                            f"the rewrite is new in {B}.")
             else:
-                out.append(f"On {L} {', '.join(lg['changed_graph'])} changed the graph too and {L} is "
-                           f"{lg['verdict']} with it disabled: what the rewrite makes became bad in {B}.")
+                out.append(f"On {G} {', '.join(lg['changed_graph'])} changed the graph too and {G} is "
+                           f"{lg['verdict']} with {them} disabled: what the rewrite makes became bad in {B}.")
+        elif lg:
+            out.append(f"{G} is {lg['verdict']} with {them} disabled too.")
         for alt in doc.get("named_by_error") or []:
             out.append(f"`{alt['name']}`, which {B}'s error names, "
                        + ("makes it good when disabled alone too." if alt["flips"] else "does not flip it alone."))
@@ -293,8 +307,8 @@ def said(doc: dict) -> str:
         out.append(row["sentence"][0].upper() + row["sentence"][1:] + ".")
     commits = doc.get("commits")
     if commits:
-        out.append(f"{len(commits['suspects'])} of the {commits['total']} commits between {L} and {B} touch "
-                   "the source of what is blamed (suspects, not a verdict).")
+        out.append(f"{len(commits['suspects'])} of the {commits['total']} commits between {commits['older']} and "
+                   f"{commits['newer']} touch the source of what is named (suspects, not a verdict).")
     return " ".join(out)
 
 
@@ -308,7 +322,8 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     from harness.plan import make_plan, spec_of_run
     from harness.request import release_listing
     from harness.results.store import REDUCED
-    from harness.session import asked_of_run, judged_for, question_boundary
+    from harness.releases.versions import parse_version
+    from harness.session import asked_of_run, judged_for, question_pair
 
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
@@ -317,16 +332,17 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     records = judged_for(store, q)
     if not records:
         raise UsageError(f"{run_dir.name}: no probes recorded, nothing to blame")
-    found = question_boundary(records, release_listing(cache_dir, offline), q)
-    if not found.first_bad:
-        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to blame under "
-                         f"{asked.said}")
+    pair = question_pair(records, release_listing(cache_dir, offline), q)
+    if pair is None:
+        ends = "first good and last bad" if q.mode == "fix" else "last good and first bad"
+        raise UsageError(f"{run_dir.name}: its probes show no {ends} release to blame under {asked.said}")
     if repo is not None and not (Path(repo) / ".git").exists() and not (Path(repo) / "HEAD").is_file():
         raise UsageError(f"--repo {repo}: not a git repository (a clone of onnxruntime)")
-    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad, q)
-    plan = make_plan(dataclasses.replace(spec, from_=found.last_good, to=found.first_bad), command)
-    good = next(r for r in plan.releases if r.version == found.last_good)
-    bad = next(r for r in plan.releases if r.version == found.first_bad)
+    older, newer = sorted(pair, key=parse_version)
+    spec = spec_of_run(run_dir, cache_dir, offline, older, newer, q)
+    plan = make_plan(dataclasses.replace(spec, from_=older, to=newer), command)
+    good = next(r for r in plan.releases if r.version == pair[0])
+    bad = next(r for r in plan.releases if r.version == pair[1])
     reference = restored(q.reference, store) if q.reference and q.predicate.needs_reference else None
     if reference is not None and reference.kind == "file" and reference.arrays is None:
         raise UsageError(f"{run_dir.name}: its question compares with {reference.label}, and that file is not here "

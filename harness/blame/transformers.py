@@ -6,7 +6,8 @@ its source spells them (`GraphTransformer("SimplifiedLayerNormFusion", ...)`, `R
 and ignores names it does not know. The candidates come from B's own session log: first the transformers
 that changed its graph, then (a load error stops the session inside the transformer that failed, which logs
 nothing) every one that ran. A rule-based transformer (`Level1_RuleBasedTransformer`) is one name for many
-rewrite rules: when it is in the minimal set, its rules are searched in turn, so the rule itself is named.
+rewrite rules, and disabling it by that name leaves its rules running (1.29.0, GemmTransposeFusion): where one
+ran, the rules the release's binary has are candidates beside it, so the rule itself is named.
 """
 
 from __future__ import annotations
@@ -67,7 +68,9 @@ def minimal_set(modified: Sequence[str], ran: Sequence[str], rules: Sequence[str
 
     found = Found(None)
     previous: set[str] = set()
-    for over, names in (("changed the graph", _unique(modified)), ("ran", _unique([*modified, *ran]))):
+    # a rule-based transformer's rules are disabled by their own names (its name alone does not reach them)
+    stages = (("changed the graph", _with_rules(modified, rules)), ("ran", _with_rules([*modified, *ran], rules)))
+    for over, names in stages:
         if not names or set(names) == previous:
             continue
         previous = set(names)
@@ -96,6 +99,16 @@ def _rules_named(minimal: list[str], rules: Sequence[str], flips: Callable, foun
             chosen = ddmin(candidates, lambda subset: flips([*rest, *subset]))
             named = [*rest, *chosen]
     return named
+
+
+def _with_rules(names: Sequence[str], rules: Sequence[str]) -> list[str]:
+    """`names`, each rule-based transformer followed by the rewrite rules it may have applied."""
+    out: list[str] = []
+    for n in names:
+        out.append(n)
+        if RULE_BASED.fullmatch(n or ""):
+            out.extend(rules)
+    return _unique(out)
 
 
 def _unique(names: Sequence[str]) -> list[str]:

@@ -130,7 +130,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
                                               question=doc["cell"]["key"])
         except NoFlip as exc:  # the boundary stands; the reduction says why it has none
             err.print(f"no reduction: {escape(str(exc))}")
-    if opts.get("blame") and doc["status"] == "found" and doc["mode"] == "regression":
+    if opts.get("blame") and doc["status"] == "found":
         from harness.blame.pair import NoFlip as Unblamed
         from harness.blame.pair import blame_saved_run
 

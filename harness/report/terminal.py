@@ -162,14 +162,14 @@ def blame_summary(doc: dict) -> str:
     """What `bisect blame` named: the transformers, the kernels, the commits (rich markup)."""
     lines = [plain(doc["text"])]
     for row in (doc.get("kernels") or {}).get("nodes") or []:
-        k = row["first_bad"]
+        k = row["bad"]
         lines.append(f"  {plain(k['node'])}: {plain(k['domain'])}:{plain(k['op_type'])} {plain(k['precision'])} on "
                      f"{plain(k['provider'] or '?')}, in {plain(','.join(k['inputs']))} -> {plain(','.join(k['outputs']))}")
     graphs = (doc.get("kernels") or {}).get("graphs")
-    if graphs and graphs["ops"]:
-        ops = ", ".join(f"{plain(o['op'])} {o['last_good']}->{o['first_bad']}" for o in graphs["ops"][:12])
-        lines.append(f"optimized graphs {plain(doc['last_good'])} -> {plain(doc['first_bad'])}: {ops}; inserted Casts "
-                     f"{graphs['inserted_casts']['last_good']}->{graphs['inserted_casts']['first_bad']}")
+    if graphs and (graphs["ops"] or graphs["inserted_casts"]["good"] != graphs["inserted_casts"]["bad"]):
+        ops = ", ".join(f"{plain(o['op'])} {o['good']}->{o['bad']}" for o in graphs["ops"][:12])
+        lines.append(f"optimized graphs {plain(doc['good'])} (good) -> {plain(doc['bad'])} (bad): {ops}; inserted Casts "
+                     f"{graphs['inserted_casts']['good']}->{graphs['inserted_casts']['bad']}")
     commits = doc.get("commits")
     if commits:
         for c in commits["suspects"][:20]:

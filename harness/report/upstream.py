@@ -158,7 +158,7 @@ def blame_of(store: RunStore, last_good: str, first_bad: str) -> dict | None:
     from harness.results.store import BLAME
 
     raw = RunStore(store.dir / BLAME).document("blame")
-    if not isinstance(raw, dict) or (raw.get("last_good"), raw.get("first_bad")) != (last_good, first_bad):
+    if not isinstance(raw, dict) or (raw.get("good"), raw.get("bad")) != (last_good, first_bad):
         return None
 
     def strings(value) -> list[str]:
