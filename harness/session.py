@@ -17,7 +17,7 @@ from harness.driver import Driver, Observer, RunOutcome
 from harness.errors import UsageError
 from harness.plan import Plan
 from harness.reference import Reference, judged, restored
-from harness.releases.versions import parse_version
+from harness.releases.versions import Release, parse_version
 from harness.results.history import RefreshStore, latest_by_version, own_records
 from harness.results.store import RunStore
 from harness.summary import Question, summary
@@ -78,6 +78,15 @@ def question_of_plan(plan: Plan, mode: str) -> Question:
     ref = plan.reference
     return Question(plan.predicate, ref.identity() if ref else None, mode, plan.releases[0].version,
                     plan.releases[-1].version)
+
+
+def bisect_over(plan: Plan, releases: list[Release], *, mode: str = "regression", observer: Observer | None = None,
+                jobs: int = 1, prefetch: bool = True) -> RunOutcome:
+    """The plan's bisection (its runner, job, predicate, reference and store) over other `releases`: what the run
+    holds of them is reused, what is probed is appended to the run; no run document is written (the plan's
+    question stays the one its run document asks)."""
+    return Driver(plan.runner, releases, plan.store, plan.job, plan.predicate, plan.reference,
+                  observer=observer, jobs=jobs, prefetch=prefetch).run(mode=mode)
 
 
 def probe_releases(plan: Plan, versions: list[str], observer: Observer | None = None,

@@ -143,16 +143,8 @@ def test_compare_finds_where_the_builds_of_one_release_part(bisect, results, cac
 
 @pytest.fixture(scope="module")
 def dev_builds(cache_dir) -> dict:
-    """1.19.2 as 1.20.0.dev1 and dev2, 1.20.0 as dev3 and dev4, with the two releases themselves, in a
-    --find-links directory of the test cache (a stable path: its environments are reused by the next run)."""
-    target = Target("x86_64", PYTHON)
-    good = wheelhouse.release_wheel(cache_dir, "onnxruntime", "1.19.2", target)
-    bad = wheelhouse.release_wheel(cache_dir, "onnxruntime", "1.20.0", target)
-    made = {f"1.20.0.dev{i}": wheelhouse.reversioned(good if i <= 2 else bad, f"1.20.0.dev{i}", cache_dir)
-            for i in (1, 2, 3, 4)}
-    wheels = [good, bad, *made.values()]
-    return {"wheels": wheels, "links": wheelhouse.find_links_dir(cache_dir / "test-wheels" / wheelhouse.REVERSIONED / "find-links", wheels),
-            "index": wheelhouse.simple_index(cache_dir / "test-wheels" / wheelhouse.REVERSIONED / "simple", "onnxruntime", wheels)}
+    """1.19.2 as 1.20.0.dev1 and dev2, 1.20.0 as dev3 and dev4 (wheelhouse.dev_builds)."""
+    return wheelhouse.dev_builds(cache_dir, Target("x86_64", PYTHON))
 
 
 @X86

@@ -128,3 +128,17 @@ def simple_index(root: Path, project: str, wheels: list[Path]) -> Path:
     (page / "index.html").write_text(f"<!DOCTYPE html>\n<html><body>\n{links}\n</body></html>\n")
     (root / "index.html").write_text(f'<!DOCTYPE html>\n<html><body><a href="{project}/">{project}</a></body></html>\n')
     return root
+
+
+def dev_builds(cache_dir: Path, target: Target) -> dict:
+    """1.19.2 as 1.20.0.dev1 and dev2, 1.20.0 as dev3 and dev4, with the two releases themselves: the wheels,
+    a --find-links directory and a simple index of them, at stable paths of the test cache (their environments
+    are reused by the next run)."""
+    good = release_wheel(cache_dir, "onnxruntime", "1.19.2", target)
+    bad = release_wheel(cache_dir, "onnxruntime", "1.20.0", target)
+    made = {f"1.20.0.dev{i}": reversioned(good if i <= 2 else bad, f"1.20.0.dev{i}", cache_dir) for i in (1, 2, 3, 4)}
+    wheels = [good, bad, *made.values()]
+    here = cache_dir / "test-wheels" / REVERSIONED
+    return {"wheels": wheels, "made": made, "good": good, "bad": bad,
+            "links": find_links_dir(here / "find-links", wheels),
+            "index": simple_index(here / "simple", "onnxruntime", wheels)}

@@ -45,6 +45,9 @@ search_options = compose(model_options, reduced_option, range_options, target_op
               help="fewest: search on the likeliest rows first (ranked by a native pass when probes run on "
                    "another arch; else the longest), twice as many while no row flips, then verify "
                    "the boundary on the full batch; for emulated probes of big models.")
+@click.option("--into-dev-builds", "into_dev_builds", is_flag=True,
+              help="Then bisect the pre-releases and development builds that the wheel sources hold between the "
+                   "boundary's two releases (the release boundary stays the run's).")
 def command(**opts):
     """Bisect the release range: last good and first bad release, in few probes."""
     if opts.get("repo") and not opts.get("blame"):
@@ -90,6 +93,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
     from harness.report.terminal import (
         ProbeLines,
         blame_summary,
+        dev_builds_summary,
         reduction_summary,
         rows_summary,
         run_table,
@@ -99,6 +103,12 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
 
     strategy = opts.get("rows", "all")
     fewrows.check(opts.get("mode", "regression"), sweep, strategy)
+    listed = None
+    if opts.get("into_dev_builds"):
+        from harness.triage import devbuilds
+
+        devbuilds.check(strategy)
+        listed = devbuilds.listing(spec)  # read before any probe: --offline without its cache is refused here
     plan = make_plan(spec, log=log_to_stderr)
     for warning in plan.probe_inputs.warnings:
         err.print(f"warning: {escape(warning)}")
@@ -110,6 +120,9 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             else:
                 found = run_search(plan, mode=opts.get("mode", "regression"), sweep=sweep, observer=progress,
                                    jobs=opts["jobs"], prefetch=opts["prefetch"])
+            if listed is not None and devbuilds.search(found, listed, observer=progress, jobs=opts["jobs"],
+                                                       prefetch=opts["prefetch"]) is None:
+                err.print("--into-dev-builds: the releases show no boundary to continue from")
             if opts.get("explain"):
                 # onnx and the tracer: imported only when asked for
                 from harness.explain.boundary import explain_search
@@ -145,6 +158,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             out.print(rows_summary(doc["rows"]))
         out.print(doc["message"])
         out.print(f"Bad means: {escape(doc['bad_means'])}.")
+        if "dev_builds" in doc:
+            out.print(dev_builds_summary(doc))
         if "explanation" in doc:
             out.print(escape(doc["explanation"]["text"]))
         if "reduced" in doc:

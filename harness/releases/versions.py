@@ -327,6 +327,24 @@ def select_range(releases: list[Release], lo: str, hi: str, flags: tuple[str, st
     return [r for r in releases if lo_v <= Version(r.version) <= hi_v]
 
 
+def builds_between(releases: list[Release], lo: str, hi: str) -> list[Release]:
+    """The pre-releases and development builds strictly between `lo` and `hi`, in PEP 440 order (1.20.0.dev2
+    before 1.20.0.dev10, both before 1.20.0rc1). Pure."""
+    lo_v, hi_v = Version(lo), Version(hi)
+    return sorted((r for r in releases if lo_v < Version(r.version) < hi_v and r.is_pre), key=lambda r: Version(r.version))
+
+
+def installable(releases: list[Release], target: Target) -> tuple[list[Release], list[tuple[Release, str]]]:
+    """(the releases with a wheel for `target`, [(each other one, why)]), in the order given. Pure."""
+    kept, left = [], []
+    for r in releases:
+        if r.wheel_for(target):
+            kept.append(r)
+        else:
+            left.append((r, f"no wheel for {target.arch} / Python {target.python}"))
+    return kept, left
+
+
 def wheel_pythons(releases: list[Release], arch: str) -> list[str]:
     """The CPython versions (3.11, ...) that some release has a Linux wheel of for `arch`. Pure."""
     found = set()

@@ -180,6 +180,38 @@ def blame_summary(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def dev_builds_summary(doc: dict) -> str:
+    """What the search into the development builds between the boundary releases found (rich markup): the
+    builds' boundary and its commits, or that there was none to probe, and the builds skipped or untestable."""
+    from harness.search import MODES
+
+    old, new = MODES[doc["mode"]]
+    d = doc["dev_builds"]
+    lo, hi = (plain(v) for v in d["between"])
+    skipped = "; ".join(f"{plain(s['version'])}: {plain(s['why'])}" for s in d["skipped"])
+    counted = f"{d['probes']} probe{'s' if d['probes'] != 1 else ''} of {len(d['listed']) - len(d['skipped'])} builds; " \
+              f"{len(d['skipped'])} skipped"
+    if d["status"] == "none_between":
+        return f"No development builds between {lo} and {hi} in the run's wheel sources: the boundary stays there."
+    if d["status"] == "none_installable":
+        return f"Into development builds between {lo} and {hi}: none of the {len(d['listed'])} listed can be " \
+               f"installed (skipped: {skipped})."
+    if d[f"first_{new}"] is None:
+        return f"Into development builds between {lo} and {hi}: no boundary among them ({plain(d['status'])}; {counted})."
+    lines = [f"Into development builds between {lo} and {hi}: last {old} {plain(d[f'last_{old}'])}, first {new} "
+             f"{plain(d[f'first_{new}'])} ({counted})."]
+    commits = d["commits"]
+    if commits["compare"]:
+        lines.append(f"commits {plain(commits[f'last_{old}'])} .. {plain(commits[f'first_{new}'])}: "
+                     f"{plain(commits['compare'])}")
+    if skipped:
+        lines.append(f"skipped: {skipped}")
+    if d["untestable"]:
+        lines.append(f"untestable in between: {plain(', '.join(d['untestable']))}; the change is in one of them or "
+                     f"at {plain(d[f'first_{new}'])}")
+    return "\n".join(lines)
+
+
 def rows_summary(doc: dict) -> str:
     """Which rows decided each probe of a fewest-rows search, and how the boundary was held to the full batch."""
     lines = []

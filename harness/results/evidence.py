@@ -86,6 +86,7 @@ CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harn
     "commits": (dict, _NONE), "untestable": (list,), "transitions": (list,), "predicate": (str,), "bad_means": (str,),
     "reference": (dict, _NONE), "refresh": (bool,), "cell": (dict,), "matrix": (dict,), "explanation": (dict, str),
     "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,), "question": (dict,),
+    "dev_builds": (dict,),  # harness.triage.devbuilds: the builds' boundary between the releases'
 }
 CELL_QUESTION_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.Question.document
     "predicate": (str,), "reference": (dict, _NONE), "mode": (str,), "range": (list,),
