@@ -21,6 +21,7 @@ WINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
                     "harness.plan", "harness.session")),  # request -> plan -> session -> driver -> probe
     ("explain", ("harness.explain",)),  # traces, precision map, diff, the boundary's explanation
     ("triage", ("harness.triage",)),  # options, mitigation, reduction, compare, rows, scout
+    ("blame", ("harness.blame",)),  # below the release: transformer, kernel, commits
     ("report", ("harness.report",)),  # upstream report, repro script, drift, overview, dashboard, rendering
     ("nightly", ("harness.nightly",)),  # matrices
     ("commands", ("harness.commands", "harness.cli")),  # the command line: parse, call, render
