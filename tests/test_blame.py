@@ -168,6 +168,41 @@ def test_a_load_error_of_a_fusion_is_blamed_on_the_transformers_onnxruntime_conf
     assert len(blame_store_records(run_dir)) == len(recs)  # resumed: nothing probed twice
 
 
+def laid_out_repo(root, tags: tuple[str, str], touching: str, source: str) -> dict:
+    """A git repository laid out as onnxruntime's tree: tag tags[0], four commits (one of them changes `touching`,
+    which holds `source`), tag tags[1]; one more change to `touching` before the first tag. The shas by role."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "GIT_AUTHOR_NAME": "dev", "GIT_AUTHOR_EMAIL": "dev@example.org", "GIT_COMMITTER_NAME": "dev",
+           "GIT_COMMITTER_EMAIL": "dev@example.org"}
+
+    def git(*args, date="2025-01-01T00:00:00"):
+        out = subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True,
+                             env={**env, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        return out.stdout.strip()
+
+    def commit(path, text, subject, date):
+        f = root / path
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(text)
+        git("add", path, date=date)
+        git("commit", "-q", "-m", subject, date=date)
+        return git("rev-parse", "HEAD")
+
+    root.mkdir()
+    git("init", "-q", "-b", "main")
+    shas = {"before": commit(touching, source + "// first\n", "Add it (#100)", "2025-01-02T00:00:00")}
+    git("tag", tags[0])
+    shas["other1"] = commit("README.md", "onnxruntime\n", "Docs (#101)", "2025-02-01T00:00:00")
+    shas["suspect"] = commit(touching, source + "// changed\n", "Change it (#102)", "2025-02-02T00:00:00")
+    shas["other2"] = commit("onnxruntime/core/mlas/lib/sgemm.cpp", "// mlas\n", "MLAS (#103)", "2025-02-03T00:00:00")
+    shas["other3"] = commit("onnxruntime/core/providers/cpu/math/gemm.cc", "ONNX_CPU_OPERATOR_KERNEL(Gemm, 13, B, G);\n",
+                            "Gemm kernel (#104)", "2025-02-04T00:00:00")
+    git("tag", tags[1])
+    return shas
+
+
 @pytest.mark.release
 def test_a_fix_is_blamed_on_the_rewrite_rule_it_fixed(bisect, tmp_path):
     """onnxruntime #32228 rebuilt: GemmTransposeFusion ignored `perm` until 1.30.0 (truth: numpy's x @ W)."""
@@ -177,9 +212,12 @@ def test_a_fix_is_blamed_on_the_rewrite_rule_it_fixed(bisect, tmp_path):
     builders.save(model, d / "model.onnx")
     np.savez(d / "x.npz", **feeds)
     np.savez(d / "truth.npz", **truth)
+    repo = tmp_path / "onnxruntime"
+    shas = laid_out_repo(repo, ("v1.29.0", "v1.30.0"), "onnxruntime/core/optimizer/gemm_transpose_fusion.h",
+                         'GemmTransposeFusion() noexcept : RewriteRule("GemmTransposeFusion") {}\n')
     r = bisect("run", "--mode", "fix", "--model", str(d / "model.onnx"), "--inputs", str(d / "x.npz"),
                "--reference", str(d / "truth.npz"), "--bad-if", "abs-diff>1e-3", "--from", "1.29.0", "--to", "1.30.0",
-               "--blame", "--json", results=tmp_path / "results")
+               "--blame", "--repo", str(repo), "--json", results=tmp_path / "results")
     assert r.returncode == 0, r.stderr
     doc = r.json()["blame"]
     assert (doc["mode"], doc["last_bad"], doc["first_good"]) == ("fix", "1.29.0", "1.30.0")
@@ -190,6 +228,12 @@ def test_a_fix_is_blamed_on_the_rewrite_rule_it_fixed(bisect, tmp_path):
     rows = {row["node"]: row for row in doc["kernels"]["nodes"]}
     assert rows["t"]["bad"]["op_type"] == "Gemm" and rows["t"]["good"]["op_type"] == "Transpose"
     assert "ai.onnx:Transpose" in doc["kernels"]["graphs"]["gone"]
+    # the builds' commits are not in this repository: its tags stand for them, and the range narrows to one
+    c = doc["commits"]
+    assert (c["good_from"], c["bad_from"], c["older"], c["newer"]) == ("tag v1.29.0", "tag v1.30.0", "1.29.0", "1.30.0")
+    assert c["total"] == 4 and [x["sha"] for x in c["suspects"]] == [shas["suspect"]]
+    assert c["suspects"][0]["pr"] == 102 and c["suspects"][0]["date"] == "2025-02-02"
+    assert "1 of the 4 commits between 1.29.0 and 1.30.0" in doc["text"]
 
 
 @pytest.mark.release
@@ -216,12 +260,27 @@ def test_a_kernel_change_is_no_transformers_fault_and_the_kernel_is_named(bisect
     assert "No set of graph transformers flips 1.20.0" in doc["text"]
     assert doc["session_logs"]["1.20.0"]["all_on"] == "CPUExecutionProvider"
 
+    # with a clone: the kernel's registration located, the commits narrowed to the one that touches it
+    repo = tmp_path / "onnxruntime"
+    shas = laid_out_repo(repo, ("v1.19.2", "v1.20.0"), "onnxruntime/core/providers/cpu/nn/layer_norm.cc",
+                         "ONNX_OPERATOR_TYPED_KERNEL_EX(\n    SimplifiedLayerNormalization, kOnnxDomain, 1, MLFloat16,\n"
+                         "    kCpuExecutionProvider, KernelDefBuilder(), LayerNorm<true>);\n")
+    b = bisect("blame", r.json()["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+               "--repo", str(repo), "--json")
+    assert b.returncode == 0, b.stderr
+    c = b.json()["commits"]
+    assert b.json()["probed_now"] == 0  # the probes are the first blame's
+    assert c["sources"] == {"kernel SimplifiedLayerNormalization (ai.onnx) on CPUExecutionProvider":
+                            ["onnxruntime/core/providers/cpu/nn/layer_norm.cc"]}
+    assert c["total"] == 4 and [x["sha"] for x in c["suspects"]] == [shas["suspect"]]
+
     run_id = r.json()["run_id"]
     report = ("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
     rep = bisect(*report)
     assert rep.returncode == 0, rep.stderr
     section = rep.stdout.split("### Below the release", 1)[1].split("###", 1)[0]
     assert norm["sentence"][1:] in section and "No set of graph transformers flips 1.20.0" in section
+    assert "(1 of 4; suspects, not a verdict)" in section and f"`{shas['suspect'][:10]}` 2025-02-02 Change it" in section
 
     # blame.json is read back as untrusted: markup stays text, a value of the wrong shape is left out
     path = results / run_id / "blame" / "blame.json"

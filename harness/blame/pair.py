@@ -258,13 +258,13 @@ def _commits(repo: Path, doc: dict, run_store: RunStore, good, bad, log) -> dict
 
     recs = latest_by_version(own_records(run_store.records()))
     older, newer = sorted((good, bad), key=lambda r: parse_version(r.version))
-    revs = {r.version: git.resolve(repo, build_of(recs.get(r.version))["commit"], r.version) for r in (older, newer)}
+    builds = {r.version: build_of(recs.get(r.version))["commit"] for r in (older, newer)}
     if doc["flips"]:
         kernels = []  # a transformer flips it: its source is where to look
     else:
         kernels = [(k["bad"]["op_type"], k["bad"]["domain"], k["bad"]["provider"] or "CPUExecutionProvider")
                    for k in (doc.get("kernels") or {}).get("nodes", []) if k.get("bad")]
-    rng = git.suspects(repo, revs[older.version], revs[newer.version], doc["transformers"] or [],
+    rng = git.suspects(repo, builds[older.version], builds[newer.version], doc["transformers"] or [],
                        list(dict.fromkeys(kernels)), good_version=older.version, bad_version=newer.version)
     log(f"commits {older.version}..{newer.version}: {rng.total}, {len(rng.suspects)} touch what is named")
     return {**rng.document(), "older": older.version, "newer": newer.version}
