@@ -328,3 +328,21 @@ def test_the_aarch64_residual_add_is_blamed_on_its_kernel_under_qemu(bisect, tmp
     assert add["bad"]["precision"] == "fp16" and add["good"]["precision"] == "fp32-island"
     assert add["sentence"].startswith("in 1.24.1, `/model/layers.1/Add` runs as an fp16 Add on the CPU provider; "
                                       "in 1.23.2 it ran in fp32 between inserted Casts")
+
+
+@pytest.mark.release
+@pytest.mark.docker
+def test_blame_in_containers_brings_the_optimized_graphs_and_logs_back(bisect, tmp_path):
+    from harness.runners.docker.pool import engine_status
+
+    ok, reason = engine_status()
+    if not ok:
+        pytest.skip(f"no docker engine: {reason}")
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--backend", "docker",
+               "--blame", "--json", results=tmp_path / "results")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()["blame"]
+    assert not doc["flips"] and doc["session_logs"]["1.20.0"]["all_on"] == "CPUExecutionProvider"
+    assert "SimplifiedLayerNormFusion" in doc["session_logs"]["1.20.0"]["ran"]
+    norm = {row["node"]: row for row in doc["kernels"]["nodes"]}["/model/norm/SimplifiedLayerNormalization"]
+    assert (norm["good"]["precision"], norm["bad"]["precision"]) == ("fp32-island", "fp16")

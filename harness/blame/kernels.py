@@ -3,7 +3,7 @@ the two releases saved (`optimized_model_filepath`) and their session logs' node
 
 For each named node of the ORIGINAL graph: the op it ran as (itself, or the fused op that took it in), the
 op's domain, the execution provider it was placed on, its input and output element types, and its precision
-class from harness.explain.precision (fp16, or fp32 between Casts onnxruntime inserted, ...). The two
+class from harness.graphs.precision (fp16, or fp32 between Casts onnxruntime inserted, ...). The two
 optimized graphs are compared by op type and domain: fusions added or removed, contrib ops that appeared,
 Casts inserted.
 """
@@ -17,7 +17,7 @@ import onnx
 from onnx import TensorProto
 
 from harness.blame.session_log import SessionLog
-from harness.explain.precision import CAST_PREFIX, optimized_types, precision_map
+from harness.graphs.precision import CAST_PREFIX, optimized_types, precision_map
 
 ONNX_DOMAIN = "ai.onnx"
 TYPE_WORDS = {TensorProto.FLOAT16: "fp16", TensorProto.FLOAT: "fp32", TensorProto.BFLOAT16: "bf16",
@@ -33,7 +33,7 @@ class Kernel:
     op_type: str  # the op that computed it (its own, or the fused op's)
     domain: str  # of that op: ai.onnx, com.microsoft, ...
     provider: str | None
-    precision: str  # harness.explain.precision.NodePrecision.precision
+    precision: str  # harness.graphs.precision.NodePrecision.precision
     optimized_node: str | None
     inputs: tuple[str, ...]  # element types of the op's inputs ("" for an absent optional one)
     outputs: tuple[str, ...]
@@ -69,12 +69,24 @@ def kernels(original: onnx.ModelProto, optimized: onnx.ModelProto, log: SessionL
     return found
 
 
+# ops that only move or reshape values: a change of their precision follows from their neighbours'
+MOVES = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Gather", "Concat", "Slice", "Split", "Shape",
+                   "Cast", "Identity", "Flatten", "Expand"})
+
+
 def changed_nodes(original: onnx.ModelProto, good: onnx.ModelProto, bad: onnx.ModelProto) -> list[str]:
-    """Original nodes (topological order) that ran differently on the two releases: another precision, another
-    op, or fused into a node of another name."""
+    """Original nodes that ran differently on the two releases (another precision, another op, or fused into a node
+    of another name): the residual sums first (where an fp16 stream overflows), then other arithmetic, then ops
+    that only move values; topological order within each."""
+    from harness.graphs.margin import residual_sums
+
     a, b = precision_map(original, good), precision_map(original, bad)
-    return [k for k in b if k in a and (a[k].precision, a[k].ran_as, a[k].fused_precision)
-            != (b[k].precision, b[k].ran_as, b[k].fused_precision)]
+    changed = [k for k in b if k in a and (a[k].precision, a[k].ran_as, a[k].fused_precision)
+               != (b[k].precision, b[k].ran_as, b[k].fused_precision)]
+    _, typed, unsure = residual_sums(original)
+    sums = {t.name for t in [*typed, *unsure]}
+    makes_sum = {n.name for n in original.graph.node if n.output and n.output[0] in sums}
+    return sorted(changed, key=lambda k: (k not in makes_sum, b[k].op_type in MOVES, changed.index(k)))
 
 
 def graph_changes(good: onnx.ModelProto, bad: onnx.ModelProto) -> dict:
