@@ -198,7 +198,7 @@ class Driver:
 
     def _probe_fp32(self, release: Release) -> tuple[dict, dict[str, np.ndarray] | None]:
         """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
-        job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1)
+        job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1, margin=None)
         rec = self.prober.probe(release, job, series=FP32_SERIES, tags={"reference": self.reference.id}).record
         path = self.store.outputs_path(release.version, FP32_SERIES)
         return rec, (load_outputs(path) if rec["status"] == "ran" else None)

@@ -16,7 +16,7 @@ from pathlib import Path
 from harness import request
 from harness.errors import UsageError
 from harness.models.fp32 import fp32_model
-from harness.probe import ProbeJob, default_timeout
+from harness.probe import MarginJob, ProbeJob, default_timeout
 from harness.reference import FP32, Reference, from_fp32
 from harness.releases.packages import of_key
 from harness.releases.versions import Release
@@ -71,8 +71,25 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
         weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
         timeout = default_timeout(weights, runner.emulates(runner.target.arch))
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
-                   spec.memory_limit_mb)
+                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None)
     return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
+
+
+def margin_job(resolved, cache_dir: Path) -> MarginJob | None:
+    """The internal fp16 margin of the model's probes (harness.graphs.margin): its margin model, made once into
+    the cache; None for a model with no fp16 arithmetic."""
+    import onnx
+
+    from harness.graphs.margin import margin_model, watched
+
+    what = watched(onnx.load(str(resolved.path), load_external_data=False))
+    if what is None:
+        return None
+    dest = Path(cache_dir) / "margin" / resolved.digest[:16]
+    made = dest / "margin.onnx"
+    if not made.exists():
+        made = margin_model(resolved.path, dest, what)
+    return MarginJob(made, what)
 
 
 def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None, log: Log = quiet) -> Plan:

@@ -31,6 +31,7 @@ from typing import Protocol
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError
+from harness.graphs.margin import Watched
 from harness.metrics import probe_metrics
 from harness.releases.versions import Release
 from harness.results.store import RunStore
@@ -53,6 +54,15 @@ class ProbeJob:
     timeout: float = 600.0
     repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
     memory_limit_mb: int | None = None  # the worker's address-space cap
+    margin: MarginJob | None = None  # the fp16 tensors watched, read in a second session after the verdict's
+
+
+@dataclass(frozen=True)
+class MarginJob:
+    """The internal fp16 margin a probe measures (harness.graphs.margin): the margin model and what it watches."""
+
+    model: Path
+    watched: Watched
 
 
 class Observer(Protocol):
@@ -235,7 +245,11 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # the runner's package names the provider every probe through it runs on (trace, triage, reduce too);
         # the default package sends none, so a default probe's request is what it always was
         **({"providers": providers} if providers else {}),
+        **({"margin": {"model": str(job.margin.model), "outputs": list(job.margin.watched.outputs),
+                       "optimized_path": str(workdir / "optimized" / "optimized.onnx")}} if job.margin else {}),
     }
+    if job.margin:
+        (workdir / "optimized").mkdir(exist_ok=True)
     try:
         out, env, status, reason, hashes = _run(runner, release, env, job, request, workdir)
     except EnvironmentSkip as exc:  # where the worker runs went away (a remote engine dropped out)
@@ -257,6 +271,8 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         stderr_tail=out.stderr_tail[-500:] if status != "ran" else "",
         finished=_now(),
     )
+    if job.margin is not None and status != "skip":
+        record["margin"] = _margin(job, out.result, workdir / "optimized" / "optimized.onnx")
     # a fallback's outputs are not the provider's: a skipped probe keeps none
     if outputs_path and status != "skip" and (workdir / "outputs.npz").exists():
         try:
@@ -265,6 +281,29 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
             record["outputs_saved"] = f"not saved: {exc.strerror or exc}"
     shutil.rmtree(workdir, ignore_errors=True)
     return record
+
+
+def _margin(job: ProbeJob, result: dict | None, optimized_path: Path) -> dict:
+    """The probe's internal fp16 margin: what the worker read, counted as the release's optimized graph holds it."""
+    import onnx
+
+    from harness.graphs.margin import margin_of
+
+    raw = (result or {}).get("margin")
+    if raw is None:
+        return {"error": "not measured: " + ((result or {}).get("margin_skipped") or "the worker read no margin"),
+                "source": job.margin.watched.source}
+
+    def graph(path: Path) -> onnx.ModelProto | None:
+        try:
+            return onnx.load(str(path), load_external_data=False) if path.is_file() else None
+        except Exception:  # noqa: BLE001 - an unreadable graph only loses the fp16/fp32 split
+            return None
+
+    doc = margin_of(raw, job.margin.watched, graph(Path(job.model)), graph(optimized_path))
+    if isinstance(raw.get("seconds"), (int, float)):
+        doc["seconds"] = round(raw["seconds"], 3)
+    return doc
 
 
 def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, request: dict, workdir: Path):

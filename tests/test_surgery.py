@@ -17,9 +17,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import ExternalDataInfo
 
-from harness.explain import precision
 from harness.explain.diff import diff
-from harness.explain.precision import CAST_PREFIX as P
 from harness.explain.trace import (
     NodeTrace,
     TensorStat,
@@ -27,7 +25,8 @@ from harness.explain.trace import (
     to_json,
     trace_from_json,
 )
-from harness.graphs import surgery
+from harness.graphs import precision, surgery
+from harness.graphs.precision import CAST_PREFIX as P
 from harness.report.terminal import diff_table, trace_table
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT

@@ -320,9 +320,9 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     import dataclasses
 
     from harness.plan import make_plan, spec_of_run
+    from harness.releases.versions import parse_version
     from harness.request import release_listing
     from harness.results.store import REDUCED
-    from harness.releases.versions import parse_version
     from harness.session import asked_of_run, judged_for, question_pair
 
     run_dir = Path(run_dir)

@@ -183,6 +183,8 @@ probe_options = compose(
                  help="Cap each worker's memory (address space); a probe past it fails instead of the machine."),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Identical runs per probe (fresh processes); outputs that differ make it *nondeterministic*."),
+    click.option("--margin/--no-margin", default=True, show_default=True,
+                 help="Read the largest |x| of the model's hottest fp16 tensors in each probe (a second session)."),
     json_option,
 )
 
@@ -326,7 +328,7 @@ def search_spec(opts: dict):
         session_options["intra_op_num_threads"] = opts["threads"]
     given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
                                   "results_dir", "resume", "timeout", "reference", "reference_release", "repeat",
-                                  "memory_limit_mb", "range_flags")
+                                  "memory_limit_mb", "range_flags", "margin")
              if opts.get(k) is not None}
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]

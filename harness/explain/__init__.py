@@ -1,3 +1,3 @@
-"""The explain wing: why a boundary: trace a release's tensors, the precision each node ran in,
-and the diff of two traces in words.
+"""The explain wing: why a boundary: trace a release's tensors (with the precision each node ran in,
+harness.graphs.precision), and the diff of two traces in words.
 """

@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from harness.explain import precision
 from harness.explain.trace import TensorStat, TraceResult
+from harness.graphs import precision
 
 
 @dataclass

@@ -47,8 +47,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from harness.explain import precision
-from harness.graphs import surgery
+from harness.graphs import precision, surgery
 from harness.metrics import FP16_MAX
 from harness.probe import ProbeJob, Prober
 from harness.releases.versions import Release

@@ -5,7 +5,7 @@ What is here: the intermediate tensors of a model in topological order
 outputs (`expose`, external data stays external and is never read), passes of
 exposed tensors bounded in bytes (`chunk`), the transformer layer of a node
 (`layer_of`, `residual_nodes`). What the optimized graph says about how each
-node ran is `harness.explain.precision`.
+node ran is `harness.graphs.precision`.
 """
 
 from __future__ import annotations

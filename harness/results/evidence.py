@@ -44,7 +44,12 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "reason": (str,), "package": (str,), "series": (str,), "finished": (str, _NONE),
     "seconds": _NUMBER, "repeats": (int,), "env_seconds": (*_NUMBER, _NONE), "env_created": (bool, _NONE),
     "stderr_tail": (str,), "outputs_saved": (str,), "provenance": (dict,), "providers": (dict,),
-    "metrics": (dict,), "result": (dict, _NONE),
+    "metrics": (dict,), "result": (dict, _NONE), "margin": (dict,),
+}
+MARGIN_FIELDS: dict[str, tuple[type, ...]] = {  # harness.graphs.margin.margin_of
+    "fraction": (*_NUMBER, _NONE), "tensor": (str, _NONE), "overflowed": (bool,), "ceiling": _NUMBER,
+    "source": (str,), "watched": (int,), "held_in_fp16": (int,), "held_in_fp32": (int,), "precision": (str,),
+    "fp32_hottest": (dict,), "seconds": _NUMBER, "error": (str,),
 }
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
     "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
@@ -201,7 +206,7 @@ class ProbeRecord:
         if doc["status"] not in STATUSES:
             raise EvidenceError(what, "status", f"{doc['status'][:64]!r} is not one of {', '.join(STATUSES)}")
         for key, fields in (("provenance", PROVENANCE_FIELDS), ("providers", PROVIDERS_FIELDS),
-                            ("metrics", METRICS_FIELDS)):
+                            ("metrics", METRICS_FIELDS), ("margin", MARGIN_FIELDS)):
             if key in doc:
                 _check(what, doc[key], fields, f"{key}.")
         result = doc.get("result")

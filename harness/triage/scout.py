@@ -17,36 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from harness.graphs.margin import residual_sums
 from harness.metrics import FP16_MAX
 
 OUTPUT = "ortbisect_scout_row_peaks"
-
-
-def _sums(model) -> tuple[object, list, list]:
-    """The batch's first-axis dim, and the sums of two computed tensors (a residual stream's Adds; not a bias or
-    an epsilon added): those onnx types as fp16 with the batch's first axis, and those it cannot type or shape
-    (downstream of onnxruntime's contrib ops) that may be such. Every fp16 tensor would be thousands of outputs,
-    and the scout's session minutes."""
-    from onnx import TensorProto
-
-    from harness.graphs import surgery
-
-    feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    dims = [surgery.vi_type(i)[1] for i in feeds]
-    batch = next((d[0] for d in dims if d and d[0] is not None), None)
-    constant = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
-                                                           for o in n.output}
-    computed_sums = {n.output[0] for n in model.graph.node
-                     if n.op_type in ("Add", "Sub") and len(n.input) == 2 and not set(n.input) & constant}
-    typed, unsure = [], []
-    for t in surgery.intermediates(model):
-        if t.name not in computed_sums:
-            continue
-        if t.type_guessed or t.shape is None:
-            unsure.append(t)
-        elif t.elem_type == TensorProto.FLOAT16 and len(t.shape) >= 2 and t.shape[0] == batch:
-            typed.append(t)
-    return batch, typed, unsure
 
 
 def scout_model(model_path: Path, dest: Path, type_unsure=None) -> tuple[Path, int, int] | None:
@@ -61,7 +35,7 @@ def scout_model(model_path: Path, dest: Path, type_unsure=None) -> tuple[Path, i
     from harness.results.store import write_atomic
 
     model = onnx.load(str(model_path), load_external_data=False)
-    batch, typed, unsure = _sums(model)
+    batch, typed, unsure = residual_sums(model)
     if batch is None:
         return None
     confirmed = type_unsure(unsure) if unsure and type_unsure else frozenset()

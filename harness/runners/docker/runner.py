@@ -215,7 +215,7 @@ class DockerRunner(Runner):
         opts.update({key: f"/work/{SESSION_FILES[key]}" for key in written})
         inside = {**request, "model": model_in, "inputs": inputs_in, "result_path": "/work/result.json",
                   "outputs_path": "/work/outputs.npz" if request.get("outputs_path") else None, "hold_dir": None,
-                  "session_options": opts}
+                  "session_options": opts, "margin": None}  # the margin model is not shipped to engines
         workdir.mkdir(parents=True, exist_ok=True)
         for name in ("result.json", "outputs.npz", *SESSION_FILES.values()):
             (workdir / name).unlink(missing_ok=True)
@@ -238,6 +238,9 @@ class DockerRunner(Runner):
                 dest = path.with_name(path.name + made.name[len(SESSION_FILES[key]):])
                 if made != dest:
                     shutil.move(made, dest)
+        result = read_result(workdir)
+        if result is not None and request.get("margin"):
+            result["margin_skipped"] = "the margin model is not shipped to docker engines"
         shipped = {k: {"seconds": round(v.seconds, 3), "mb": round(v.bytes / 1e6, 1)}
                    for k, v in (("site", site), ("inputs", inputs)) if v.created}
         return ProcessOutcome(
@@ -246,7 +249,7 @@ class DockerRunner(Runner):
             timed_out=res.timed_out,
             seconds=res.seconds,
             stderr_tail=res.stderr[-2000:],
-            result=read_result(workdir),
+            result=result,
             out_of_memory=res.oom_killed,
             engine={**engine.provenance(arch), **({"shipped": shipped} if shipped else {})},
         )

@@ -1,0 +1,141 @@
+"""The internal fp16 margin: how close a model's hottest fp16 tensors come to 65,504 on a release. Pure: onnx.
+
+The EmbeddingGemma regression was always close: its residual stream sat at 50,000-65,000 until a kernel change
+tipped one Add past fp16's ceiling. The outputs (fp32 embeddings) never show that; the tensors inside do.
+
+* Which tensors (`watched`): the residual sums (an Add or Sub of two computed tensors, typed fp16 by onnx or of
+  unknown type downstream of a contrib op), then every other fp16 output of an Add, Mul or MatMul; at most LIMIT.
+* How they are read (`margin_model`): a copy of the model whose only outputs are each tensor's largest |x|,
+  taken after a Cast to fp32, so a value an fp32 island keeps finite past 65,504 reads as its real size rather
+  than as a rounded Inf. The probe runs it in a second session after the verdict's, on the same batch: the
+  verdict is never taken from a modified model.
+* What counts (`margin_of`): only the tensors the release really holds in fp16, as its own optimized graph of
+  the unmodified model shows (harness.graphs.precision.tensor_visibility: the tensor exists under its own name).
+  One that onnxruntime keeps only as an fp32 island copy is measured against no ceiling: said to be in fp32,
+  with its size beside.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+from onnx import TensorProto, helper
+
+from harness.graphs import precision, surgery
+from harness.metrics import FP16_MAX
+
+PREFIX = "ortbisect_margin"
+LIMIT = 512  # tensors watched at most: three small nodes each
+ARITHMETIC = ("Add", "Mul", "MatMul")
+
+
+@dataclass(frozen=True)
+class Watched:
+    tensors: tuple[str, ...]
+    source: str  # "residual sums and fp16 outputs of Add, Mul, MatMul" | "fp16 outputs of Add, Mul, MatMul"
+
+    def output(self, k: int) -> str:
+        return f"{PREFIX}/{k}"
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(self.output(k) for k in range(len(self.tensors)))
+
+
+def residual_sums(model: onnx.ModelProto) -> tuple[object, list, list]:
+    """The batch's first-axis dim, and the sums of two computed tensors (a residual stream's Adds; not a bias or
+    an epsilon added): those onnx types as fp16 with the batch's first axis, and those it cannot type or shape
+    (downstream of onnxruntime's contrib ops) that may be such."""
+    feeds = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    dims = [surgery.vi_type(i)[1] for i in feeds]
+    batch = next((d[0] for d in dims if d and d[0] is not None), None)
+    constant = {t.name for t in model.graph.initializer} | {o for n in model.graph.node if n.op_type == "Constant"
+                                                           for o in n.output}
+    computed_sums = {n.output[0] for n in model.graph.node
+                     if n.op_type in ("Add", "Sub") and len(n.input) == 2 and not set(n.input) & constant}
+    typed, unsure = [], []
+    for t in surgery.intermediates(model):
+        if t.name not in computed_sums:
+            continue
+        if t.type_guessed or t.shape is None:
+            unsure.append(t)
+        elif t.elem_type == TensorProto.FLOAT16 and len(t.shape) >= 2 and t.shape[0] == batch:
+            typed.append(t)
+    return batch, typed, unsure
+
+
+def watched(model: onnx.ModelProto) -> Watched | None:
+    """The tensors a probe of `model` watches, or None for a model with no fp16 arithmetic: the residual sums
+    first, then the other fp16 outputs of an Add, Mul or MatMul (where a release keeps every sum in fp32, those
+    it holds in fp16 still say how close it runs)."""
+    _, typed, unsure = residual_sums(model)
+    sums = [t.name for t in typed] + [t.name for t in unsure if t.elem_type in (TensorProto.FLOAT16, 0)]
+    makes = {o: n.op_type for n in model.graph.node for o in n.output}
+    more = [t.name for t in surgery.intermediates(model)
+            if makes.get(t.name) in ARITHMETIC and t.elem_type == TensorProto.FLOAT16 and t.name not in set(sums)]
+    found = list(dict.fromkeys(sums + more))[:LIMIT]
+    if not found:
+        return None
+    source = "residual sums and " if sums else ""
+    return Watched(tuple(found), f"{source}fp16 outputs of {', '.join(ARITHMETIC)}")
+
+
+def margin_model(model_path: Path, dest: Path, what: Watched) -> Path:
+    """A copy of the model (in `dest`, its weights linked, not copied) whose outputs are each watched tensor's
+    largest |x| in fp32 (a scalar each)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    g = model.graph
+    for k, name in enumerate(what.tensors):
+        p = what.output(k)
+        g.node.extend([
+            helper.make_node("Cast", [name], [f"{p}/f32"], name=f"{p}/Cast", to=TensorProto.FLOAT),
+            helper.make_node("Abs", [f"{p}/f32"], [f"{p}/abs"], name=f"{p}/Abs"),
+            helper.make_node("ReduceMax", [f"{p}/abs"], [p], name=f"{p}/ReduceMax", keepdims=0),
+        ])
+    del g.output[:]
+    g.output.extend(helper.make_tensor_value_info(p, TensorProto.FLOAT, []) for p in what.outputs)
+    dest.mkdir(parents=True, exist_ok=True)
+    surgery.link_external_data(Path(model_path).parent, surgery.external_locations(model), dest)
+    out = dest / "margin.onnx"
+    tmp = dest / f".margin.{os.getpid()}.tmp"  # whole or absent: two runs may make it at once
+    tmp.write_bytes(model.SerializeToString())
+    os.replace(tmp, out)
+    return out
+
+
+def margin_of(raw: dict | None, what: Watched, original: onnx.ModelProto | None,
+              optimized: onnx.ModelProto | None) -> dict:
+    """The margin of one probe from what its worker read (`raw`: {"values": {output: max|x| or None},
+    "nonfinite": [outputs]}) and the release's optimized graph of the unmodified model (None: every watched
+    tensor is counted as fp16, and said)."""
+    if not raw or raw.get("error"):
+        return {"error": (raw or {}).get("error") or "the margin was not read", "source": what.source}
+    values = raw.get("values") if isinstance(raw.get("values"), dict) else {}
+    nonfinite = set(raw.get("nonfinite") or ())
+    visible = precision.tensor_visibility(original, optimized) if original is not None and optimized is not None else None
+    fp16, fp32 = [], []
+    for k, tensor in enumerate(what.tensors):
+        out = what.output(k)
+        v = math.inf if out in nonfinite else values.get(out)
+        if not isinstance(v, (int, float)):
+            continue
+        # ties (two Infs) go to the earlier tensor: where the overflow starts
+        (fp16 if visible is None or visible.get(tensor) == "seen" else fp32).append((float(v) / FP16_MAX, -k, tensor))
+    doc = {"ceiling": FP16_MAX, "source": what.source, "watched": len(what.tensors),
+           "held_in_fp16": len(fp16), "held_in_fp32": len(fp32),
+           "precision": "unknown: every watched tensor counted as fp16" if visible is None else
+           "from the release's optimized graph"}
+    if fp16:
+        top, _, tensor = max(fp16)
+        doc.update(fraction=round(top, 6) if math.isfinite(top) else None, overflowed=not math.isfinite(top) or top >= 1,
+                   tensor=tensor)
+    else:
+        doc.update(fraction=None, overflowed=False, tensor=None)
+    if fp32:
+        top, _, tensor = max(fp32)
+        doc["fp32_hottest"] = {"tensor": tensor, "fraction": round(top, 6) if math.isfinite(top) else None}
+    return doc

@@ -1,0 +1,112 @@
+"""The internal fp16 margin: the hottest fp16 tensors a probe reads, counted only where the release holds them in
+fp16."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import builders
+import numpy as np
+import onnx
+import pytest
+
+from harness.graphs.fp32 import to_fp32
+from harness.graphs.margin import margin_model, margin_of, watched
+
+
+def test_the_residual_sums_are_watched_first_then_the_other_fp16_arithmetic():
+    what = watched(builders.residual_overflow_model())
+    assert what.tensors == ("/model/layers.0/Add_output_0", "/model/layers.1/Add_output_0", "/model/scale/Mul_output_0")
+    assert what.source.startswith("residual sums and ")
+    assert watched(to_fp32(builders.residual_overflow_model())) is None  # no fp16 arithmetic: nothing to watch
+
+
+def test_the_margin_model_reads_one_scalar_per_watched_tensor(tmp_path):
+    path = builders.save(builders.residual_overflow_model(), tmp_path / "m.onnx")
+    what = watched(onnx.load(str(path)))
+    made = onnx.load(str(margin_model(path, tmp_path / "margin", what)))
+    assert [o.name for o in made.graph.output] == list(what.outputs)
+    assert all(not o.type.tensor_type.shape.dim for o in made.graph.output)
+    onnx.checker.check_model(made)
+
+
+def test_a_tensor_held_only_in_fp32_is_measured_against_no_ceiling():
+    """Without the release's optimized graph every watched tensor counts; with it, an island copy does not."""
+    model = builders.residual_overflow_model()
+    what = watched(model)
+    raw = {"values": {what.output(0): 60000.0, what.output(1): 90000.0, what.output(2): 22500.0}, "nonfinite": []}
+    blind = margin_of(raw, what, model, None)
+    assert blind["overflowed"] and blind["tensor"] == "/model/layers.1/Add_output_0" and "unknown" in blind["precision"]
+    # an optimized graph where both Adds are an fp32 island (their tensors renamed InsertedPrecisionFreeCast_*)
+    # and only the Mul's output is cast back to fp16 under its own name
+    island = onnx.helper.make_graph([
+        onnx.helper.make_node("Cast", ["x"], ["InsertedPrecisionFreeCast_x"], name="InsertedPrecisionFreeCast_x", to=1),
+        onnx.helper.make_node("Add", ["InsertedPrecisionFreeCast_x"] * 2, ["InsertedPrecisionFreeCast_a0"], name="a0"),
+        onnx.helper.make_node("Mul", ["InsertedPrecisionFreeCast_a0", "q"], ["InsertedPrecisionFreeCast_m"], name="m"),
+        onnx.helper.make_node("Cast", ["InsertedPrecisionFreeCast_m"], ["/model/scale/Mul_output_0"], name="c", to=10),
+    ], "opt", [], [])
+    seen = margin_of(raw, what, model, onnx.helper.make_model(island))
+    assert (seen["held_in_fp16"], seen["held_in_fp32"]) == (1, 2)
+    assert seen["tensor"] == "/model/scale/Mul_output_0" and seen["fraction"] == round(22500 / 65504, 6)
+    assert not seen["overflowed"] and seen["fp32_hottest"]["tensor"] == "/model/layers.1/Add_output_0"
+    inf = margin_of({**raw, "nonfinite": [what.output(2)]}, what, model, onnx.helper.make_model(island))
+    assert inf["overflowed"] and inf["fraction"] is None
+    assert margin_of({"error": "boom"}, what, model, None)["error"] == "boom"
+
+
+def records(results: Path) -> dict[str, dict]:
+    (run,) = [p for p in results.iterdir() if (p / "probes.jsonl").exists()]
+    return {r["version"]: r for r in map(json.loads, (run / "probes.jsonl").read_text().splitlines())}
+
+
+@pytest.mark.release
+def test_each_probe_reads_the_margin_the_release_holds_in_fp16(bisect, tmp_path):
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--json",
+               results=tmp_path / "on")
+    assert r.returncode == 0, r.stderr
+    recs = records(tmp_path / "on")
+    good, bad = recs["1.19.2"]["margin"], recs["1.20.0"]["margin"]
+    # 1.19.2 keeps the residual sums in an fp32 island: past 65504 there, yet no fp16 value comes near it
+    assert good["fraction"] < 0.9 and not good["overflowed"] and good["tensor"]
+    assert good["fp32_hottest"]["fraction"] > 1 and good["fp32_hottest"]["tensor"].startswith("/model/layers.3/Add")
+    # 1.20.0 casts that sum back to fp16 for its fp16 norm: past the ceiling
+    assert bad["overflowed"] and bad["tensor"] == good["fp32_hottest"]["tensor"] and bad["fraction"] > 1
+    assert good["precision"] == "from the release's optimized graph" and good["seconds"] > 0
+
+    off = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--no-margin", "--json",
+                 results=tmp_path / "off")
+    assert off.returncode == 0 and all("margin" not in rec for rec in records(tmp_path / "off").values())
+    assert [p["verdict"] for p in off.json()["probes"]] == [p["verdict"] for p in r.json()["probes"]]
+
+
+@pytest.mark.release
+def test_a_margin_that_cannot_be_read_never_changes_the_probe(cache_dir, tmp_path):
+    from harness.plan import make_plan
+    from harness.probe import MarginJob, Prober
+    from harness.request import SearchSpec
+
+    plan = make_plan(SearchSpec(model="gemma-tiny-fused", from_="1.20.0", to="1.20.0", cache_dir=cache_dir,
+                                results_dir=tmp_path / "results"))
+    broken = dataclasses.replace(plan.job, margin=MarginJob(tmp_path / "absent.onnx", plan.job.margin.watched))
+    rec = Prober(plan.runner, None, plan.predicate).probe(plan.releases[0], broken, outputs=None)
+    assert rec.record["status"] == "ran" and rec.verdict == "bad"
+    assert "absent.onnx" in rec.record["margin"]["error"] or "NoSuchFile" in rec.record["margin"]["error"]
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+def test_on_aarch64_the_margin_stays_below_the_ceiling_until_the_adds_run_in_fp16(bisect, tmp_path):
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_overflow_model(), d / "model.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    r = bisect("sweep", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
+               "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--json", results=tmp_path / "r")
+    assert r.returncode in (0, 3), r.stderr
+    recs = records(tmp_path / "r")
+    before, after = recs["1.23.2"]["margin"], recs["1.24.1"]["margin"]
+    assert not before["overflowed"] and (before["fraction"] is None or before["fraction"] < 1)
+    assert before["held_in_fp32"] >= 2  # the residual Adds: an fp32 island up to 1.23.2
+    assert after["overflowed"] and after["tensor"] == "/model/layers.1/Add_output_0"
