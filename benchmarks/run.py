@@ -50,7 +50,8 @@ RUN_FROM, RUN_TO = "1.19.0", "1.30.0"  # N = 22
 WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
-NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes", "scale")
+NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes", "scale",
+         "margin")
 NO_ENVS = {"dashboard", "volumes"}  # measurements that need no probe environment (no warm-up)
 DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
@@ -414,6 +415,30 @@ class Bench:
                              note=f"--prefetch {spread(walls['--prefetch'])}; --no-prefetch {spread(walls['--no-prefetch'])}",
                              data=walls))
 
+    # -- margin ---------------------------------------------------------------------------------
+    def bench_margin(self):
+        """What the internal fp16 margin costs: the same two-release sweep with and without it, each probe fresh
+        (a new results directory), the two sides interleaved and their order alternated; the probes' own worker
+        seconds (the record's `seconds`) and the sweep's wall."""
+        pair = ("1.19.2", "1.20.0")
+        sides = {"--margin": {"wall": [], "probe": []}, "--no-margin": {"wall": [], "probe": []}}
+        for rep in range(self.reps):
+            for flag in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
+                results = self.fresh("margin")
+                wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", pair[0], "--to", pair[1], flag],
+                                        results=results)
+                recs = self.probe_records(results, doc)
+                sides[flag]["wall"].append(wall)
+                sides[flag]["probe"].append(sum(r.get("seconds") or 0 for r in recs))
+                say(f"margin rep {rep + 1}/{self.reps}: {flag}: {wall:.2f} s wall, "
+                    f"{sides[flag]['probe'][-1]:.2f} s in probes")
+        probe = med(sides["--margin"]["probe"]) / med(sides["--no-margin"]["probe"])
+        wall = med(sides["--margin"]["wall"]) / med(sides["--no-margin"]["wall"])
+        self.rows.append(Row("margin", f"{MODEL} sweep {pair[0]}..{pair[1]}: probe seconds with the internal margin / without",
+                             f"{probe:.2f}x (wall {wall:.2f}x)", "(report)", "PASS",
+                             note=f"with {spread(sides['--margin']['probe'])}; without {spread(sides['--no-margin']['probe'])}",
+                             data=sides))
+
     # -- 6. memory ---------------------------------------------------------------------------------
     def bench_memory(self):
         vs = self.versions()
@@ -768,7 +793,7 @@ def main(argv=None) -> int:
             bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
         for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",
-                     "dashboard", "volumes", "scale"):
+                     "dashboard", "volumes", "scale", "margin"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

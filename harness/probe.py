@@ -26,18 +26,20 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError
-from harness.graphs.margin import Watched
 from harness.metrics import probe_metrics
 from harness.releases.versions import Release
 from harness.results.store import RunStore
 from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
 from harness.runners.base import Environment, Runner
 from harness.verdicts import Predicate, judge
+
+if TYPE_CHECKING:  # onnx is imported only by a probe that reads a margin
+    from harness.graphs.margin import Watched
 
 #: a directory where each worker announces itself before run() and waits to be let go
 #: (see worker.hold); set by tests that must signal a worker known to be running
@@ -245,8 +247,12 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # the runner's package names the provider every probe through it runs on (trace, triage, reduce too);
         # the default package sends none, so a default probe's request is what it always was
         **({"providers": providers} if providers else {}),
+        # the optimized graph says which tensors the release holds in fp16; a provider that compiles nodes
+        # (OpenVINO, TensorRT) cannot save one, so only the CPU provider's is asked for
         **({"margin": {"model": str(job.margin.model), "outputs": list(job.margin.watched.outputs),
-                       "optimized_path": str(workdir / "optimized" / "optimized.onnx")}} if job.margin else {}),
+                       "data_dir": str(Path(job.model).parent),
+                       **({} if providers else {"optimized_path": str(workdir / "optimized" / "optimized.onnx")})}}
+           if job.margin else {}),
     }
     if job.margin:
         (workdir / "optimized").mkdir(exist_ok=True)

@@ -86,7 +86,7 @@ class SearchSpec:
     range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
     package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
     engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
-    margin: bool = True  # each probe reads the internal fp16 margin (harness.graphs.margin)
+    margin: bool = False  # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices
 
 
 @dataclass

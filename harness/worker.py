@@ -302,11 +302,16 @@ def margin_values(np, ort, margin, opts, providers, extra, feeds):
     try:
         so = session_options(ort, dict((k, v) for k, v in opts.items()
                                        if k not in ("optimized_model_filepath", "session_log_path")))
+        # the copy's external data is the model's own, in the model's directory (releases before 1.22 cannot
+        # take a folder for a model given as bytes: said as the margin's error)
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", margin["data_dir"])
+        with open(margin["model"], "rb") as f:
+            graph = f.read()
         if providers:
-            sess = ort.InferenceSession(margin["model"], sess_options=so, providers=[p[0] for p in providers],
+            sess = ort.InferenceSession(graph, sess_options=so, providers=[p[0] for p in providers],
                                         provider_options=[p[1] for p in providers], **extra)
         else:
-            sess = ort.InferenceSession(margin["model"], sess_options=so, providers=["CPUExecutionProvider"], **extra)
+            sess = ort.InferenceSession(graph, sess_options=so, providers=["CPUExecutionProvider"], **extra)
         arrays = sess.run(list(margin["outputs"]), feeds)
     except Exception as exc:
         return {"error": ("%s: %s" % (type(exc).__name__, exc)).splitlines()[0][:300],

@@ -63,7 +63,7 @@ def records(results: Path) -> dict[str, dict]:
 
 @pytest.mark.release
 def test_each_probe_reads_the_margin_the_release_holds_in_fp16(bisect, tmp_path):
-    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--json",
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--margin", "--json",
                results=tmp_path / "on")
     assert r.returncode == 0, r.stderr
     recs = records(tmp_path / "on")
@@ -75,8 +75,8 @@ def test_each_probe_reads_the_margin_the_release_holds_in_fp16(bisect, tmp_path)
     assert bad["overflowed"] and bad["tensor"] == good["fp32_hottest"]["tensor"] and bad["fraction"] > 1
     assert good["precision"] == "from the release's optimized graph" and good["seconds"] > 0
 
-    off = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--no-margin", "--json",
-                 results=tmp_path / "off")
+    off = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--no-margin",
+                 "--json", results=tmp_path / "off")
     assert off.returncode == 0 and all("margin" not in rec for rec in records(tmp_path / "off").values())
     assert [p["verdict"] for p in off.json()["probes"]] == [p["verdict"] for p in r.json()["probes"]]
 
@@ -88,7 +88,7 @@ def test_a_margin_that_cannot_be_read_never_changes_the_probe(cache_dir, tmp_pat
     from harness.request import SearchSpec
 
     plan = make_plan(SearchSpec(model="gemma-tiny-fused", from_="1.20.0", to="1.20.0", cache_dir=cache_dir,
-                                results_dir=tmp_path / "results"))
+                                results_dir=tmp_path / "results", margin=True))
     broken = dataclasses.replace(plan.job, margin=MarginJob(tmp_path / "absent.onnx", plan.job.margin.watched))
     rec = Prober(plan.runner, None, plan.predicate).probe(plan.releases[0], broken, outputs=None)
     assert rec.record["status"] == "ran" and rec.verdict == "bad"
@@ -110,3 +110,67 @@ def test_on_aarch64_the_margin_stays_below_the_ceiling_until_the_adds_run_in_fp1
     assert not before["overflowed"] and (before["fraction"] is None or before["fraction"] < 1)
     assert before["held_in_fp32"] >= 2  # the residual Adds: an fp32 island up to 1.23.2
     assert after["overflowed"] and after["tensor"] == "/model/layers.1/Add_output_0"
+
+
+# --- on the page and in drift ------------------------------------------------------------------------------
+
+
+def margin_rec(version, fraction, finished, nan=0, tensor="/model/layers.3/Add_output_0", overflowed=None):
+    from test_dashboard import _rec
+
+    rec = _rec(version, nan, finished, "x86_64")
+    rec["margin"] = {"fraction": fraction, "tensor": tensor, "ceiling": 65504.0, "source": "residual sums",
+                     "watched": 4, "held_in_fp16": 2, "held_in_fp32": 2, "precision": "from the release's optimized graph",
+                     "overflowed": bool(overflowed if overflowed is not None else fraction is None or fraction >= 1)}
+    return rec
+
+
+def test_the_page_draws_the_margin_names_its_tensor_and_marks_a_row_close_to_the_ceiling(tmp_path):
+    from test_dashboard import _key, make_run
+
+    from harness.report import dashboard
+
+    night1 = [margin_rec("1.19.0", 0.5, "2025-01-01T03:00:00Z"), margin_rec("1.19.2", 0.55, "2025-01-01T03:01:00Z")]
+    night2 = [margin_rec("1.20.0", 0.93, "2025-01-02T03:00:00Z"),
+              margin_rec("1.21.0", None, "2025-01-02T03:01:00Z", nan=7, tensor='<b onclick="x">hot</b>')]
+    make_run(tmp_path / "results", "run-1", "m", _key("a" * 64, "x86_64"), night1 + night2)
+    page = dashboard.build(tmp_path / "results", tmp_path / "site").read_text()
+    assert "close to the ceiling" in page and "1.20.0: 0.93 · hottest fp16 tensor /model/layers.3/Add_output_0" in page
+    assert '<b onclick' not in page and "&lt;b onclick" in page  # a tensor name is data
+    grid = json.loads((tmp_path / "site" / "dashboard.json").read_text())
+    (row,) = grid.values()
+    assert row["close_to_ceiling"] == ["1.20.0"] and row["margins"]["1.21.0"]["margin"] is None  # past: no finite size
+    moves = json.loads((tmp_path / "site" / "changes.json").read_text())["margin_moves"]
+    assert [(m[1], m[2]) for m in moves] == [("1.19.2", "1.20.0"), ("1.20.0", "1.21.0")]
+    # above the threshold the same row is not marked
+    page = dashboard.build(tmp_path / "results", tmp_path / "site2", threshold=0.95).read_text()
+    assert "close to the ceiling</span>" not in page
+
+
+def test_drift_names_a_margin_that_reaches_the_ceiling_and_ignores_one_never_measured():
+    from harness.report import drift
+    from harness.verdicts import Predicate
+
+    recs = [margin_rec("1.19.0", 0.5, "t1"), margin_rec("1.19.2", 0.5004, "t2"), margin_rec("1.20.0", 0.8, "t3"),
+            margin_rec("1.21.0", None, "t4", nan=3)]
+    del recs[1]["margin"]  # made with --no-margin
+    rows = drift.rows(recs, Predicate())
+    said = [s.description for s in drift.steps(rows) if s.metric == "margin"]
+    assert said == ["internal fp16 margin 0.5 -> 0.8 (+60.0%) between 1.19.0 and 1.20.0",
+                    "internal fp16 margin 0.8 -> past the ceiling (/model/layers.3/Add_output_0) between 1.20.0 and 1.21.0"]
+
+
+@pytest.mark.release
+def test_a_model_with_external_data_is_read_in_place_and_its_data_file_gets_no_link(bisect, tmp_path):
+    import os
+
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_overflow_model(), d / "model.onnx", external=True)
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    r = bisect("sweep", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.22.1", "--to", "1.23.0",
+               "--json", results=tmp_path / "r")
+    assert r.returncode in (0, 3), r.stderr
+    assert os.stat(d / "model.onnx_data").st_nlink == 1  # onnx refuses a data file with several links
+    for rec in records(tmp_path / "r").values():
+        assert rec["margin"]["held_in_fp16"] + rec["margin"]["held_in_fp32"] == 3, rec["margin"]

@@ -183,8 +183,9 @@ probe_options = compose(
                  help="Cap each worker's memory (address space); a probe past it fails instead of the machine."),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Identical runs per probe (fresh processes); outputs that differ make it *nondeterministic*."),
-    click.option("--margin/--no-margin", default=True, show_default=True,
-                 help="Read the largest |x| of the model's hottest fp16 tensors in each probe (a second session)."),
+    click.option("--margin/--no-margin", default=None,
+                 help="Read the largest |x| of the model's hottest fp16 tensors in each probe, in a second session "
+                      "(default: on for sweep, off for run)."),
     json_option,
 )
 

@@ -17,7 +17,9 @@ from harness.vocabulary import DEFAULT_RESULTS_DIR
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
               callback=directory_option)
 @click.option("--title", default="ortbisect dashboard", show_default=True)
-def command(results, out_dir, title):
+@click.option("--margin-threshold", type=click.FloatRange(min=0, min_open=True), default=0.9, show_default=True,
+              help="Mark a row close to the fp16 ceiling when a good release's internal margin reaches this fraction of 65504.")
+def command(results, out_dir, title, margin_threshold):
     """One self-contained HTML page (opens from disk, no network) with the raw JSON next to it.
 
     SITE may lie inside RESULTS (-o results/site) and be rebuilt there: it is
@@ -35,7 +37,8 @@ def command(results, out_dir, title):
         raise UsageError(f"{results}: no such results directory")
     t0 = time.perf_counter()
     left_out: list = []
-    page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"), left_out=left_out)
+    page = build(results, out_dir, title, warn=lambda msg: err.print(f"dashboard: {escape(msg)}"), left_out=left_out,
+                 threshold=margin_threshold)
     note = f"; {left_out_words(left_out)} left out, unreadable (see above)" if left_out else ""
     out.print(f"{escape(str(page))} ({time.perf_counter() - t0:.2f} s){note}")
     return 0

@@ -85,8 +85,9 @@ def watched(model: onnx.ModelProto) -> Watched | None:
 
 
 def margin_model(model_path: Path, dest: Path, what: Watched) -> Path:
-    """A copy of the model (in `dest`, its weights linked, not copied) whose outputs are each watched tensor's
-    largest |x| in fp32 (a scalar each)."""
+    """A copy of the graph (in `dest`; its external data stays where it is, neither copied nor linked: the worker
+    loads the copy from bytes with the original's directory as its data folder) whose outputs are each watched
+    tensor's largest |x| in fp32 (a scalar each)."""
     model = onnx.load(str(model_path), load_external_data=False)
     g = model.graph
     for k, name in enumerate(what.tensors):
@@ -99,7 +100,6 @@ def margin_model(model_path: Path, dest: Path, what: Watched) -> Path:
     del g.output[:]
     g.output.extend(helper.make_tensor_value_info(p, TensorProto.FLOAT, []) for p in what.outputs)
     dest.mkdir(parents=True, exist_ok=True)
-    surgery.link_external_data(Path(model_path).parent, surgery.external_locations(model), dest)
     out = dest / "margin.onnx"
     tmp = dest / f".margin.{os.getpid()}.tmp"  # whole or absent: two runs may make it at once
     tmp.write_bytes(model.SerializeToString())

@@ -376,7 +376,7 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
         model=cell.model, from_=first, to=last, inputs=Path(cell.inputs) if cell.inputs else None,
         outputs=cell.outputs, arch=cell.arch, backend=cell.backend, cpu=cell.cpu, python=cell.python,
         cache_dir=cache_dir, offline=offline, results_dir=results_dir, timeout=cell.timeout, bad_if=cell.bad_if,
-        session_options=dict(cell.options),
+        session_options=dict(cell.options), margin=True,  # the dashboard's margin per release
     )
 
 

@@ -48,9 +48,11 @@ from urllib.parse import quote
 from harness.errors import HarnessError, UsageError
 from harness.metrics import cosine_text
 from harness.report.overview import (
+    MARGIN_THRESHOLD,
     Changes,
     Row,
     changes,
+    close_to_ceiling,
     collect,
     left_out_label,
     left_out_words,
@@ -134,9 +136,11 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 
 def sparkline(versions: list[str], values: dict[str, float | None], label: str, top: float,
-              ceiling: float | None = None, width: int = 120, height: int = 26) -> str:
+              ceiling: float | None = None, width: int = 120, height: int = 26,
+              notes: dict[str, str] | None = None, threshold: float | None = None) -> str:
     """An inline SVG line of one number per release (the grid's columns, in order); a non-finite value
-    is a cross at the top, a missing one a gap. Its <title> lists every value as text."""
+    is a cross at the top, a missing one a gap. Its <title> lists every value as text; with `notes`, each point
+    has its own title (hovered: the release, its value and its note); `threshold` is a dotted line."""
     n = max(len(versions) - 1, 1)
     x = {v: 2 + (width - 4) * i / n for i, v in enumerate(versions)}
 
@@ -166,12 +170,21 @@ def sparkline(versions: list[str], values: dict[str, float | None], label: str, 
            f"<title>{e(title)}</title>"]
     if ceiling is not None:
         out.append(f'<line x1="0" x2="{width}" y1="{y(ceiling):.1f}" y2="{y(ceiling):.1f}" class="ceiling"/>')
+    if threshold is not None:
+        out.append(f'<line x1="0" x2="{width}" y1="{y(threshold):.1f}" y2="{y(threshold):.1f}" class="threshold"/>')
     for p in parts:
         out.append('<polyline points="' + " ".join(f"{a:.1f},{b:.1f}" for a, b in p) + '"/>')
     if len(dots) == 1:
         out.append(f'<circle cx="{dots[0][0]:.1f}" cy="{dots[0][1]:.1f}" r="1.5"/>')
     for cx in crosses:
         out.append(f'<path class="nonfinite" d="M{cx - 2:.1f},1 l4,4 m0,-4 l-4,4"/>')
+    for v in (versions if notes else ()):  # a hover target per release: what the point is
+        val = values.get(v)
+        if val is None:
+            continue
+        cy = y(val) if math.isfinite(val) else 3.0
+        out.append(f'<circle class="hover" cx="{x[v]:.1f}" cy="{cy:.1f}" r="4"><title>{e(v)}: {e(_fmt(val, 3))}'
+                   f'{e(" · " + notes[v]) if notes.get(v) else ""}</title></circle>')
     out.append("</svg>")
     return "".join(out)
 
@@ -233,7 +246,10 @@ td.flip::after{content:"▲";font-size:8px}
 .spark{vertical-align:middle}.spark polyline{fill:none;stroke:#1565c0;stroke-width:1.4}
 .spark circle{fill:#1565c0}.spark .ceiling{stroke:#c62828;stroke-dasharray:3 2;stroke-width:1}
 .spark .nonfinite{stroke:#c62828;stroke-width:1.6}
-.margin{font-size:11px;text-align:left}
+.margin{font-size:11px;text-align:left;white-space:nowrap}
+.close{background:#b35900;color:#fff;padding:0 4px;border-radius:3px}
+.spark .threshold{stroke:#b35900;stroke-dasharray:1 2;stroke-width:1}
+.spark circle.hover{fill:transparent;stroke:none}
 .legend span{display:inline-block;padding:1px 6px;margin:0 4px 4px 0;color:#fff;font-size:11px}
 .legend span.skip{color:#222}
 .note{color:#555;font-size:12px}
@@ -291,11 +307,31 @@ def _cell_html(version: str, c: dict | None, row: Row, report_href: str | None) 
             f'title="{e(title)}" aria-label="{e(title)}">{body}{nan}</td>')
 
 
-def _margins_html(r: Row, versions: list[str]) -> str:
+def _margins_html(r: Row, versions: list[str], threshold: float = MARGIN_THRESHOLD) -> str:
+    inner = {v: r.margins[v]["margin"] for v in versions if (r.margins.get(v) or {}).get("margin") is not None}
     head = {v: r.margins.get(v, {}).get("headroom") for v in versions if r.margins.get(v, {}).get("headroom") is not None}
     cos = {v: r.margins.get(v, {}).get("cosine_min") for v in versions
            if r.margins.get(v, {}).get("cosine_min") is not None}
     out = []
+    if inner:
+        notes = {}
+        for v in inner:
+            m = r.margins[v]
+            hot = f"hottest fp16 tensor {m.get('margin_tensor')}" if m.get("margin_tensor") else "no tensor held in fp16"
+            if m.get("margin_fp32") is not None:
+                hot += f"; kept in fp32: {m.get('margin_fp32_tensor')} at {_fmt(m['margin_fp32'], 3)}"
+            notes[v] = hot
+        finite = [x for x in inner.values() if math.isfinite(x)]
+        top = max([1.2, *[x * 1.05 for x in finite]])
+        last_v = max(inner, key=vkey)
+        close = close_to_ceiling(r, threshold)
+        out.append(f'{sparkline(versions, inner, "internal fp16 margin (hottest fp16 tensor / 65504)", top, 1.0, notes=notes, threshold=threshold)} '
+                   f'<span title="internal fp16 margin of the newest release, {e(last_v)}: {e(notes[last_v])}">'
+                   f'm {e(_fmt(inner[last_v], 2))}</span>')
+        if close:
+            out.append(f' <span class="close" title="good releases whose margin reached {threshold:g} of the fp16 '
+                       f'ceiling: {e(", ".join(close))}">close to the ceiling</span>')
+        out.append("<br>")
     if head:
         finite = [x for x in head.values() if math.isfinite(x)]
         top = max([1.2, *[x * 1.05 for x in finite]])
@@ -320,7 +356,7 @@ def _boundary_html(r: Row, report_href: str | None) -> str:
     return f'{text}<br><span class="note">no report yet: <code>bisect report {e(r.run_id)}</code></span>'
 
 
-def overview_html(rows: list[Row]) -> str:
+def overview_html(rows: list[Row], threshold: float = MARGIN_THRESHOLD) -> str:
     versions = sorted({v for r in rows for v in r.cells}, key=vkey)
     models = sorted({r.model for r in rows})
     targets = sorted({r.target for r in rows})
@@ -334,7 +370,10 @@ def overview_html(rows: list[Row]) -> str:
            "of the release's newest probe as a symbol and a colour, and NaN rows / rows where there are any. ▶ and "
            "the outline mark the boundary (first bad release after a good one), ▲ a verdict that differs from the "
            "previous release of the row. The sparkline follows the fp16 headroom (max |x| / 65504, the dashed line "
-           "is the fp16 ceiling, × where an output was not finite) release by release.</p>",
+           "is the fp16 ceiling, × where an output was not finite) release by release; above it, the internal fp16 "
+           "margin: the largest |x| of the model's hottest tensors the release holds in fp16, over 65504 (the dotted "
+           f"line is the {threshold:g} threshold; hover a point for its tensor). A row whose good release reached "
+           "the threshold is marked close to the ceiling.</p>",
            '<div class="scroll"><table class="grid"><thead><tr><th class="target">model · target</th>',
            *[f'<th class="ver" scope="col">{e(v)}</th>' for v in versions],
            "<th>margin per release</th><th>boundary</th><th>raw</th></tr></thead><tbody>"]
@@ -346,7 +385,7 @@ def overview_html(rows: list[Row]) -> str:
         label = f"<b>{e(r.model)}</b>{e(r.target)}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {e(r.predicate)}")
         out.append(f'<th class="target" scope="row">{label}</th>')
         out += [_cell_html(v, r.cells.get(v), r, report) for v in versions]
-        out.append(f'<td class="margin">{_margins_html(r, versions)}</td>')
+        out.append(f'<td class="margin">{_margins_html(r, versions, threshold)}</td>')
         out.append(f'<td class="first-bad-col">{_boundary_html(r, report)}</td>')
         links = [f'<a href="{_href(base + PROBES)}">probes</a>', f'<a href="{_href(base + MANIFEST)}">manifest</a>']
         if r.summary and r.summary.get("cell", {}).get("key"):
@@ -376,6 +415,11 @@ def changes_html(ch: Changes, rows: list[Row]) -> str:
     if ch.flipped:
         out.append(f"<h3>Verdicts flipped ({len(ch.flipped)})</h3><ul>")
         out += [f"<li>{e(label.get(k, k))} · {e(v)}: {e(was)} → <b>{e(now)}</b></li>" for k, v, was, now in ch.flipped]
+        out.append("</ul>")
+    if ch.margin_moves:
+        out.append(f"<h3>fp16 margin moves ({len(ch.margin_moves)})</h3><ul>")
+        out += [f"<li>{e(label.get(k, k))}: {e(a)} {e(_fmt(x, 3))} → {e(b)} <b>{e(_fmt(y, 3))}</b></li>"
+                for k, a, b, x, y in ch.margin_moves]
         out.append("</ul>")
     if ch.new_releases:
         out.append(f"<h3>New releases probed ({len(ch.new_releases)})</h3><ul>")
@@ -428,7 +472,7 @@ def _left_out_html(left_out: list) -> str:
 
 
 def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
-           runs: list[tuple[str, str]] | None = None) -> str:
+           runs: list[tuple[str, str]] | None = None, threshold: float = MARGIN_THRESHOLD) -> str:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_model[r.model].append(r)
@@ -453,7 +497,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
     if not rows:
         parts.append("<p>No results yet.</p>")
     else:
-        parts.append(overview_html(rows))
+        parts.append(overview_html(rows, threshold))
         parts.append('<section id="history"><h2>History</h2><p class="note">Probes recorded per run, by verdict; '
                      "a run is a night of probes (see the dates).</p>")
         parts.append(f'<div class="chart history">{chart}</div>' if chart else "")
@@ -480,7 +524,7 @@ def _json_number(x):
 
 
 def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda msg: None,
-          left_out: list | None = None) -> Path:
+          left_out: list | None = None, threshold: float = MARGIN_THRESHOLD) -> Path:
     """The page (and dashboard.json, changes.json, data/); runs that cannot be read go in `left_out` (see collect)."""
     left_out = [] if left_out is None else left_out
     check_site(root, out)
@@ -498,15 +542,18 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
         runs = runs_of(t for r in rows for _, t, _ in r.judged)
         ch = changes(rows, runs)
         page = Path(out) / "index.html"
-        write_inside(site, page, render(rows, title, left_out, ch, runs).encode("utf-8"))
+        write_inside(site, page, render(rows, title, left_out, ch, runs, threshold).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                         "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
                         "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
-                        "margins": {v: {k: _json_number(x) for k, x in m.items()} for v, m in r.margins.items()},
+                        "margins": {v: {k: x if isinstance(x, str) or x is None else _json_number(x)
+                                        for k, x in m.items()} for v, m in r.margins.items()},
+                        "close_to_ceiling": close_to_ceiling(r, threshold),
                         "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
         write_inside(site, site / "dashboard.json", json.dumps(grid, indent=1, sort_keys=True))
         changed = {"run_started": ch.run_started, "previous_run": ch.previous_run, "new_releases": ch.new_releases,
-                   "flipped": ch.flipped, "new_boundaries": ch.new_boundaries}
+                   "flipped": ch.flipped, "new_boundaries": ch.new_boundaries,
+                   "margin_moves": [[k, a, b, _json_number(x), _json_number(y)] for k, a, b, x, y in ch.margin_moves]}
         write_inside(site, site / "changes.json", json.dumps(changed, indent=1))
     except OSError as exc:
         raise HarnessError(f"cannot write the dashboard to {out}: {why(exc)}") from None

@@ -33,9 +33,9 @@ from harness.verdicts import Predicate, judge
 
 DEFAULT_THRESHOLD = 0.01
 ABS_FLOOR = 1e-5  # of 1 - cosine and of a relative difference: below it a change is noise
-METRICS = ("max_abs", "headroom", "cosine_min", "rel_diff_max")
+METRICS = ("max_abs", "headroom", "cosine_min", "rel_diff_max", "margin")
 LABELS = {"max_abs": "max |x|", "headroom": "headroom", "cosine_min": "worst cosine", "rel_diff_max": "max rel diff",
-          "verdict": "verdict"}
+          "margin": "internal fp16 margin", "verdict": "verdict"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,9 @@ class Row:
     cosine_min: float | None
     rel_diff_max: float | None
     outputs_changed: bool | None  # bits differ from the previous release that ran; None: nothing to compare
+    margin: float | None = None  # the internal fp16 margin (harness.graphs.margin); None past the ceiling too
+    margin_tensor: str | None = None
+    margin_past: bool = False  # a tensor held in fp16 reached the ceiling (its margin has no finite size)
     digests: tuple[str, ...] = ()  # the outputs' sha256, in output order (not in `doc`)
     compared: bool = False  # compared with the run's reference: its cosine and differences exist (not in `doc`)
 
@@ -127,9 +130,13 @@ def rows(records: list[dict], predicate: Predicate, reference_id: str | None = N
             changed = digests != previous
         if digests:
             previous = digests
+        inner = rec.get("margin") if status == "ran" and isinstance(rec.get("margin"), dict) else {}
+        past = inner.get("overflowed") is True
+        fraction = _finite(inner.get("fraction"))
         made.append(Row(version, status, verdict, why, _finite(m.get("max_abs")), _finite(m.get("headroom")),
-                        _finite(m.get("cosine_min")), _finite(m.get("rel_diff_max")), changed, digests,
-                        "cosine_min" in m))
+                        _finite(m.get("cosine_min")), _finite(m.get("rel_diff_max")), changed,
+                        None if past else fraction, inner.get("tensor") if isinstance(inner.get("tensor"), str) else None,
+                        past, digests, "cosine_min" in m))
     return made
 
 
@@ -156,21 +163,30 @@ def _change_words(change: float | None) -> str:
     return f" ({change * 100:+.1f}%)"
 
 
-def _value(metric: str, x: float | None) -> str:
+def _value(metric: str, x: float | None, row: Row | None = None) -> str:
+    if metric == "margin" and row is not None and row.margin_past:
+        return f"past the ceiling ({row.margin_tensor})" if row.margin_tensor else "past the ceiling"
     if x is None:
         return "none"
     return {"max_abs": f"{x:.5g}", "headroom": f"{x:.3g}", "cosine_min": cosine_text(x),
-            "rel_diff_max": f"{x:.3g}"}[metric]
+            "rel_diff_max": f"{x:.3g}", "margin": f"{x:.3g}"}[metric]
 
 
 def _metric_step(metric: str, a: Row, b: Row, threshold: float) -> Step | None:
     x, y = getattr(a, metric), getattr(b, metric)
     between = f"between {a.version} and {b.version}"
+    if metric == "margin" and (a.margin_past, b.margin_past) != (False, False):
+        if a.margin_past == b.margin_past:
+            return None
+        return Step(metric, a.version, b.version, x, y, None,
+                    f"{LABELS[metric]} {_value(metric, x, a)} -> {_value(metric, y, b)} {between}")
     if x is None and y is None:
         return None
     if metric in COMPARED and not (a.compared and b.compared):
         return None  # measured on one side only: a missing number is no step
     if x is None or y is None:
+        if metric == "margin":  # measured on one side only (an older record, --no-margin): no step
+            return None
         return Step(metric, a.version, b.version, x, y, None,
                     f"{LABELS[metric]} {_value(metric, x)} -> {_value(metric, y)} {between}")
     if metric == "cosine_min":
@@ -192,6 +208,7 @@ def steps(made: list[Row], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
         raise ValueError(f"threshold {threshold!r}: a finite number above 0")
     found: list[Step] = []
     last_ran: Row | None = None
+    last_margin: Row | None = None  # a probe made with --no-margin (or before margins) is passed over
     for i, row in enumerate(made):
         if i and made[i - 1].verdict != row.verdict:
             a = made[i - 1]
@@ -200,8 +217,12 @@ def steps(made: list[Row], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
         if not row.ran:
             continue
         if last_ran is not None:
-            found += [s for s in (_metric_step(m, last_ran, row, threshold) for m in METRICS) if s]
+            found += [s for s in (_metric_step(m, last_ran, row, threshold) for m in METRICS if m != "margin") if s]
         last_ran = row
+        if row.margin is not None or row.margin_past:
+            if last_margin is not None:
+                found += [s for s in (_metric_step("margin", last_margin, row, threshold),) if s]
+            last_margin = row
     return found
 
 

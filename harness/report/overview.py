@@ -193,7 +193,33 @@ def margins_of(record: dict) -> dict:
     nonfinite = any((o.get("nan_rows") or o.get("inf_rows")) for o in (record.get("result") or {}).get("outputs") or [])
     if nonfinite and out["headroom"] is not None:
         out["headroom"] = math.inf  # max |x| is taken over finite values: a NaN row is past the ceiling
+    out.update(internal_margin(record))
     return out
+
+
+def internal_margin(record: dict) -> dict:
+    """The probe's internal fp16 margin (harness.graphs.margin) as the page shows it: `margin` (the fraction of
+    65504; inf past the ceiling), `margin_tensor`, `margin_fp32` (the hottest tensor the release kept in fp32).
+    The record is read back from disk: a value of another shape is no number."""
+    m = record.get("margin")
+    if not isinstance(m, dict) or m.get("error"):
+        return {}
+    fraction = _number(m.get("fraction"))
+    if m.get("overflowed") is True and (fraction is None or fraction < 1):
+        fraction = math.inf
+    tensor = m.get("tensor") if isinstance(m.get("tensor"), str) else None
+    hot = m.get("fp32_hottest") if isinstance(m.get("fp32_hottest"), dict) else {}
+    return {"margin": fraction, "margin_tensor": tensor,
+            "margin_fp32": _number(hot.get("fraction")),
+            "margin_fp32_tensor": hot.get("tensor") if isinstance(hot.get("tensor"), str) else None}
+
+
+def close_to_ceiling(r: Row, threshold: float) -> list[str]:
+    """The releases of a row that are not bad yet whose margin reached `threshold` (of 65504): the rows the page
+    marks "close to the ceiling" before any NaN."""
+    return [v for v, c in sorted(r.cells.items(), key=lambda kv: vkey(kv[0]))
+            if c.get("verdict") == "good" and (r.margins.get(v) or {}).get("margin") is not None
+            and r.margins[v]["margin"] >= threshold]
 
 
 def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
@@ -299,10 +325,31 @@ class Changes:
     new_releases: list[tuple[str, list[str]]]  # (version, keys of the rows that probed it for the first time)
     flipped: list[tuple[str, str, str, str]]  # (row key, version, before, now)
     new_boundaries: list[tuple[str, str | None, str | None]]  # (row key, first bad before, first bad now)
+    # (row key, release before, release probed now, margin before, margin now): moves above MARGIN_MOVE
+    margin_moves: list[tuple[str, str, str, float, float]] = field(default_factory=list)
 
     @property
     def any(self) -> bool:
-        return bool(self.new_releases or self.flipped or self.new_boundaries)
+        return bool(self.new_releases or self.flipped or self.new_boundaries or self.margin_moves)
+
+
+MARGIN_THRESHOLD = 0.9  # of 65504: a good release's margin past it marks its row "close to the ceiling"
+MARGIN_MOVE = 0.1  # a release's margin 10% above or below the previous release's is worth saying
+
+
+def margin_moves(r: Row, versions: list[str], threshold: float = MARGIN_MOVE) -> list[tuple[str, str, float, float]]:
+    """(previous release, release, margin before, margin now) for each of `versions` whose internal margin moved by
+    more than `threshold` (relative) from the previous release of the row that has one; past the ceiling counts."""
+    known = [(v, (r.margins.get(v) or {}).get("margin")) for v in sorted(r.margins, key=vkey)]
+    known = [(v, m) for v, m in known if m is not None]
+    out = []
+    for (a, x), (b, y) in zip(known, known[1:]):
+        if b not in versions:
+            continue
+        moved = (math.isinf(x) != math.isinf(y)) or (not math.isinf(x) and x and abs(y - x) / x > threshold)
+        if moved:
+            out.append((a, b, x, y))
+    return out
 
 
 def _time(t: str) -> datetime | None:
@@ -330,11 +377,11 @@ def changes(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> Chang
     `runs` is `runs_of` every probe time of `rows`, when the caller has it."""
     runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
     if not runs:
-        return Changes(None, None, [], [], [])
+        return Changes(None, None, [], [], [], [])
     start = runs[-1][0]
     previous = runs[-2][1] if len(runs) > 1 else None
     new_releases: dict[str, list[str]] = defaultdict(list)
-    flipped, bounds = [], []
+    flipped, bounds, moves = [], [], []
     for r in rows:
         before_recs: dict[str, tuple[str, int, str]] = {}
         for i, (v, t, verdict) in enumerate(r.judged):
@@ -354,8 +401,11 @@ def changes(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> Chang
         was = boundary(before)[0]
         if r.first_bad != was and r.first_bad:
             bounds.append((r.key, was, r.first_bad))
+        probed_now = [v for v, c in r.cells.items() if (c.get("finished") or "") >= start]
+        moves += [(r.key, *m) for m in margin_moves(r, probed_now)]
     return Changes(start, previous, sorted(new_releases.items(), key=lambda kv: vkey(kv[0])),
-                   sorted(flipped, key=lambda f: (f[0], vkey(f[1]))), sorted(bounds))
+                   sorted(flipped, key=lambda f: (f[0], vkey(f[1]))), sorted(bounds),
+                   sorted(moves, key=lambda m: (m[0], vkey(m[2]))))
 
 
 def nights(rows: list[Row], runs: list[tuple[str, str]] | None = None) -> list[dict]:

@@ -359,7 +359,8 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
     stepped = {(s.to_version, s.metric) for s in steps}
     t = Table(title=title, title_justify="left")
     for col, just in (("release", "left"), ("verdict", "left"), ("max |x|", "right"), ("headroom", "right"),
-                      ("worst cosine", "right"), ("max rel diff", "right"), ("outputs changed", "left")):
+                      ("worst cosine", "right"), ("max rel diff", "right"), ("fp16 margin", "right"),
+                      ("outputs changed", "left")):
         t.add_column(col, justify=just)
 
     def cell(row, metric: str, spec: str) -> str:
@@ -371,7 +372,9 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
         changed = {None: "-", True: "yes", False: "no"}[r.outputs_changed]
         t.add_row(plain(r.version), verdict(r.verdict),
                   cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", "cosine"),
-                  cell(r, "rel_diff_max", ".3g"), changed)
+                  cell(r, "rel_diff_max", ".3g"),
+                  ("[yellow]past[/]" if (r.version, "margin") in stepped else "past") if r.margin_past
+                  else cell(r, "margin", ".3g"), changed)
     return t
 
 
