@@ -247,6 +247,8 @@ td.flip::after{content:"▲";font-size:8px}
 .spark circle{fill:#1565c0}.spark .ceiling{stroke:#c62828;stroke-dasharray:3 2;stroke-width:1}
 .spark .nonfinite{stroke:#c62828;stroke-width:1.6}
 .margin{font-size:11px;text-align:left;white-space:nowrap}
+.first-bad-col{min-width:9em;max-width:16em;overflow-wrap:anywhere}
+.grid th.target{position:sticky;left:0;background:#fff;z-index:1}
 .close{background:#b35900;color:#fff;padding:0 4px;border-radius:3px}
 .spark .threshold{stroke:#b35900;stroke-dasharray:1 2;stroke-width:1}
 .spark circle.hover{fill:transparent;stroke:none}
@@ -374,9 +376,11 @@ def overview_html(rows: list[Row], threshold: float = MARGIN_THRESHOLD) -> str:
            "margin: the largest |x| of the model's hottest tensors the release holds in fp16, over 65504 (the dotted "
            f"line is the {threshold:g} threshold; hover a point for its tensor). A row whose good release reached "
            "the threshold is marked close to the ceiling.</p>",
+           # the boundary and the margins come before the releases: on a narrow screen the releases scroll, these do not
            '<div class="scroll"><table class="grid"><thead><tr><th class="target">model · target</th>',
+           "<th>boundary</th><th>margin per release</th>",
            *[f'<th class="ver" scope="col">{e(v)}</th>' for v in versions],
-           "<th>margin per release</th><th>boundary</th><th>raw</th></tr></thead><tbody>"]
+           "<th>raw</th></tr></thead><tbody>"]
     for r in rows:
         base = f"data/{r.run_id}/"
         report = _href(base + r.report) if r.report else None
@@ -384,9 +388,9 @@ def overview_html(rows: list[Row], threshold: float = MARGIN_THRESHOLD) -> str:
                    f'data-target="{e(r.target)}" data-first-bad="{e(r.first_bad or "")}">')
         label = f"<b>{e(r.model)}</b>{e(r.target)}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {e(r.predicate)}")
         out.append(f'<th class="target" scope="row">{label}</th>')
-        out += [_cell_html(v, r.cells.get(v), r, report) for v in versions]
-        out.append(f'<td class="margin">{_margins_html(r, versions, threshold)}</td>')
         out.append(f'<td class="first-bad-col">{_boundary_html(r, report)}</td>')
+        out.append(f'<td class="margin">{_margins_html(r, versions, threshold)}</td>')
+        out += [_cell_html(v, r.cells.get(v), r, report) for v in versions]
         links = [f'<a href="{_href(base + PROBES)}">probes</a>', f'<a href="{_href(base + MANIFEST)}">manifest</a>']
         if r.summary and r.summary.get("cell", {}).get("key"):
             links.append(f'<a href="{_href(base + CELLS + "/" + r.summary["cell"]["key"] + ".json")}">summary</a>')
