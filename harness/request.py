@@ -17,7 +17,9 @@ one line) that names what the user typed. The checks run cheapest first:
    can become) directories, --model, --inputs and --reference are files,
    --resume names a run in --results-dir;
 4. the release listing (the cached one; fetched only when stale, never with
-   --offline): both ends of the range, and a wheel for the target in it;
+   --offline): both ends of the range, and a wheel for the target in it (a
+   compare over a range, `pair_ranges`: each end a release of some pair's
+   package, and a release of every pair's in between);
 5. the model (a registered hub model is downloaded here unless --offline), the
    batch against its inputs (names, types, ranks, static dims, rows), the
    outputs asked for, the reference against those outputs, the tensors and
@@ -46,6 +48,7 @@ from harness.releases.versions import (
     Release,
     ReleaseIndex,
     Target,
+    parse_version,
     select_range,
     wheel_pythons,
 )
@@ -159,6 +162,23 @@ def release_listing(cache_dir: Path, offline: bool = False, package: Package | N
     """Every release of the package on the index and its sources (the index's listing is cached; `offline`
     reads the cache only, never the network)."""
     return ReleaseIndex(directory(cache_dir, "--cache-dir"), uv_bin(), offline, package).releases()
+
+
+def pair_ranges(spec: SearchSpec, packages: list[Package]) -> list[list[Release]]:
+    """The releases of each package from `spec.from_` to `spec.to` (`bisect compare --from --to`): both ends must be
+    releases of some package's listing, the first not after the last, and every package must have a release in
+    between. A release that one package has and another lacks is no refusal: the comparison says it."""
+    listings = [release_listing(spec.cache_dir, spec.offline, p) for p in packages]
+    names = " or ".join(dict.fromkeys(p.name for p in packages))
+    union = list({r.version: r for rs in listings for r in rs}.values())
+    select_range(union, spec.from_, spec.to, spec.range_flags, names)  # refuses an end no package has, or ends reversed
+    lo, hi = parse_version(spec.from_), parse_version(spec.to)
+    ranges = [[r for r in rs if lo <= parse_version(r.version) <= hi] for rs in listings]
+    for p, rs in zip(packages, ranges):
+        if not rs:
+            raise UsageError(f"{p.label}: {p.name} has no release from {spec.from_} to {spec.to}; nothing to compare "
+                             "it on")
+    return ranges
 
 
 def package(pkg: Package) -> Package:

@@ -57,6 +57,11 @@ def _py_types(types: tuple[type, ...]) -> set[str]:
     (evidence.CELL_PROBE_FIELDS, "cell-document.v1.json", ("probes", "items")),
     (evidence.CELL_KEY_FIELDS, "cell-document.v1.json", ("cell",)),
     (evidence.CELL_QUESTION_FIELDS, "cell-document.v1.json", ("question",)),
+    (evidence.COMPARE_FIELDS, "compare-document.v1.json", ()),
+    (evidence.COMPARE_PAIR_FIELDS, "compare-document.v1.json", ("pairs", "items")),
+    (evidence.COMPARE_PAIR_FIELDS, "compare-document.v1.json", ("reference",)),
+    (evidence.COMPARE_ENTRY_FIELDS, "compare-document.v1.json", ("pairs", "items", "releases", "items")),
+    (evidence.COMPARE_REFERENCE_ENTRY_FIELDS, "compare-document.v1.json", ("reference", "releases", "items")),
 ])
 def test_the_parser_types_each_key_as_its_schema_does(fields, file, path):
     node = schema(file)

@@ -138,6 +138,58 @@ def test_compare_finds_where_the_builds_of_one_release_part(bisect, results, cac
     assert doc["message"].startswith("At 1.24.1, diverging from onnxruntime:cpu: onnxruntime-openvino:openvino")
 
 
+
+@X86
+def test_compare_over_a_range_rows_by_release_reruns_free_and_shows_on_the_dashboard(bisect, results, cache_dir,
+                                                                                      tmp_path):
+    """onnxruntime's CPU provider against onnxruntime-openvino's OpenVINO provider from 1.23.0 to 1.24.1: the two
+    releases both have a cp311 wheel of diverge (7 NaN rows of 20 against 0, the finite rows a cosine of
+    0.99999994 apart); onnxruntime's 1.23.1 and 1.23.2, which onnxruntime-openvino lacks, are said and not probed."""
+    argv = ["compare", "--model", "gemma-tiny-fused", "--from", "1.23.0", "--to", "1.24.1", "onnxruntime:cpu",
+            "onnxruntime-openvino:openvino", "--cache-dir", str(cache_dir), "--results-dir", str(results)]
+    r = bisect(*argv, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["releases"] == ["1.23.0", "1.23.1", "1.23.2", "1.24.1"]
+    assert doc["probes"]["made"] + doc["probes"]["reused"] == 4  # two releases of two pairs (earlier tests' reused)
+    (ov,) = doc["pairs"]
+    assert ov["label"] == "onnxruntime-openvino:openvino"
+    rows = {e["release"]: e for e in ov["releases"]}
+    for v in ("1.23.0", "1.24.1"):
+        assert (rows[v]["diverges"], rows[v]["why"]) == (True, "NaN rows 0 vs 7"), rows[v]
+        assert 0.9999 < rows[v]["cosine"] < 1 and 0 < rows[v]["max_abs_diff"] < 1e-3, rows[v]
+    for v in ("1.23.1", "1.23.2"):
+        assert rows[v] == {"release": v, "cosine": None, "max_abs_diff": None, "diverges": None,
+                           "why": "not compared: no such onnxruntime-openvino release"}
+    ref = {e["release"]: e for e in doc["reference"]["releases"]}
+    assert [ref[v]["nan_rows"] for v in doc["releases"]] == [7, None, None, 7]
+    assert "onnxruntime-openvino:openvino diverges at every release compared (2), from 1.23.0" in doc["message"]
+    runs = [doc["reference"]["run_id"], ov["run_id"]]
+    assert not {rec["version"] for run in runs for rec in records(results, run)} & {"1.23.1", "1.23.2"}
+    lines = {run: len(records(results, run)) for run in runs}
+    stored = json.loads((results / doc["run_id"] / "compare.json").read_text())
+    assert stored["pairs"] == doc["pairs"]
+
+    again = bisect(*argv, env={"COLUMNS": "200"})  # the table, from what the runs hold
+    assert again.returncode == 0, again.stderr
+    assert {run: len(records(results, run)) for run in runs} == lines  # nothing probed again
+    assert "0 probes made, 4 reused" in again.stdout, again.stdout
+    table = [x for x in again.stdout.splitlines() if x.startswith("│")]
+    assert [x.split("│")[1].strip() for x in table if x.split("│")[1].strip()] == doc["releases"]
+    assert "diverges 0.99999994" in again.stdout and "no such onnxruntime-openvino release" in again.stdout
+
+    site = tmp_path / "site"
+    r = bisect("dashboard", str(results), "-o", str(site))
+    assert r.returncode == 0, r.stderr
+    html = (site / "index.html").read_text()
+    section = html[html.index('<section id="divergence">'):]
+    section = section[:section.index("</section>")]
+    assert "Package and provider divergence" in section and f'data-run="{doc["run_id"]}"' in section
+    (row,) = [x for x in section.split('<tr class="pair"')[1:] if 'data-pair="onnxruntime-openvino:openvino"' in x]
+    assert [c.split('data-version="')[1].split('"')[0] for c in row.split("<td ")[1:]] == doc["releases"]
+    assert [c.split('class="')[1].split('"')[0] for c in row.split("<td ")[1:]] == ["v bad", "v skip", "v skip",
+                                                                                      "v bad"]
+
 # -- development builds from a --find-links directory and a simple index -----------------------
 
 

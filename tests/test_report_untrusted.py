@@ -340,6 +340,12 @@ def test_the_terminal_shows_control_characters_and_markup_of_records_as_text(run
         {"label": ANSI, "status": ANSI, "reason": ANSI, "providers": {"used": [ANSI]}},
         {"label": "b", "status": "ran", "diverges": True, "why": ANSI}]}
     _assert_inert(_render(terminal.compare_table(pairs)))
+    ranged = {"model": ANSI, "from": "1.20.0", "to": ANSI, "provenance": {}, "releases": ["1.20.0"],
+              "probes": {"made": 0, "reused": 2}, "seconds": 0.1,
+              "reference": {"label": ANSI, "releases": [{"release": "1.20.0", "status": ANSI, "why": ANSI}]},
+              "pairs": [{"label": ANSI, "releases": [{"release": "1.20.0", "diverges": True, "why": ANSI,
+                                                      "cosine": 0.5, "max_abs_diff": 1.0}]}]}
+    _assert_inert(_render(terminal.compare_range_table(ranged)))
 
 
 # -- the shell commands the report suggests ------------------------------------------------------------------

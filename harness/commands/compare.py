@@ -1,4 +1,5 @@
-"""`bisect compare`: one release, one batch, several PACKAGE:EP pairs side by side; which diverge from the first."""
+"""`bisect compare`: one release (or every release of a range), one batch, several PACKAGE:EP pairs side by side;
+which diverge from the first."""
 
 from __future__ import annotations
 
@@ -27,7 +28,10 @@ from harness.commands.common import (
 
 @click.command("compare")
 @model_options
-@click.option("--version", "version", required=True, metavar="VERSION", help="The release every pair runs.")
+@click.option("--version", "version", metavar="VERSION", help="The release every pair runs.")
+@click.option("--from", "from_", metavar="VERSION",
+              help="With --to: compare at every release of the range that the first pair and another both have.")
+@click.option("--to", "to", metavar="VERSION", help="The last release of the range (with --from).")
 @click.argument("pairs", nargs=-1, required=True, metavar="PACKAGE:EP...")
 @source_options
 @arch_options
@@ -38,19 +42,31 @@ from harness.commands.common import (
 @click.option("--cosine", type=click.FloatRange(-1, 1), default=0.999, show_default=True,
               help="A pair diverges when a row finite in both has a cosine with the first pair's below this.")
 @json_option
-def command(version, pairs, cosine, as_json, **opts):
-    """Run one release of several packages and providers (PACKAGE:EP, the first is the reference) on one batch."""
-    from harness.report.terminal import ProbeLines, compare_table
-    from harness.triage.compare import compare, parse_pair
+def command(version, from_, to, pairs, cosine, as_json, **opts):
+    """Run one release (--version) or every release of a range (--from, --to) of several packages and providers
+    (PACKAGE:EP, the first is the reference) on one batch."""
+    from harness.errors import UsageError
+    from harness.report.terminal import ProbeLines, compare_range_table, compare_table
+    from harness.triage.compare import compare, compare_range, parse_pair
 
-    opts = {**opts, "from_": version, "to": version, "range_flags": ("--version", "--version")}
+    if version and (from_ or to):
+        raise UsageError(f"--version {version}: give one release (--version) or a range (--from, --to), not both")
+    if not version and not (from_ and to):
+        raise UsageError(f"--from {from_}: give --to too" if from_ else f"--to {to}: give --from too" if to
+                         else "give a release (--version V) or a range (--from A --to B)")
+    ranged = not version
+    opts = {**opts, "from_": from_ or version, "to": to or version,
+            "range_flags": ("--from", "--to") if ranged else ("--version", "--version")}
     spec = search_spec(opts)
     packages = [parse_pair(p, package_of(opts)) for p in pairs]
     with ProbeLines(err) as progress:
-        doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
+        if ranged:
+            doc = compare_range(spec, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
+        else:
+            doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
     if as_json:
         print_json(doc)
         return 0
-    out.print(compare_table(doc))
+    out.print(compare_range_table(doc) if ranged else compare_table(doc))
     out.print(escape(doc["message"]))
     return 0

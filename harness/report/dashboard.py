@@ -23,6 +23,9 @@ What is on the page (the data comes from harness.report.overview):
   the run's reference where there is one. Filters by model and target (inline
   script; everything is shown without it).
 * The history: probes recorded per run, by verdict, on the run's date.
+* "Package and provider divergence": per `bisect compare --from --to`, a row per
+  pair and a cell per release, the pair's max |diff| from the reference in the
+  verdict colours (agrees: good, diverges: bad, not compared: skip).
 * Per model: explanations of the boundaries, the fp16 headroom of traces
   (matplotlib, where `bisect trace` saved any), when each verdict first appeared,
   and the probes that were not judged good or bad.
@@ -50,10 +53,12 @@ from harness.metrics import cosine_text
 from harness.report.overview import (
     MARGIN_THRESHOLD,
     Changes,
+    Divergence,
     Row,
     changes,
     close_to_ceiling,
     collect,
+    divergences,
     left_out_label,
     left_out_words,
     nights,
@@ -68,7 +73,14 @@ from harness.results.runs import (
     why,
     write_inside,
 )
-from harness.results.store import CELLS, MANIFEST, PROBES, SIDE_DIRS, SIDE_FILES
+from harness.results.store import (
+    CELLS,
+    COMPARE,
+    MANIFEST,
+    PROBES,
+    SIDE_DIRS,
+    SIDE_FILES,
+)
 
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825", "error": "#8e24aa",
                    "crash": "#6a1b9a", "timeout": "#ad1457"}
@@ -466,6 +478,58 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
     return "\n".join(out)
 
 
+def divergence_html(divs: list[Divergence]) -> str:
+    """"Package and provider divergence": per compare over a range, a row per pair compared with the reference and
+    a cell per release: the max |diff| in the colour of its verdict, the worst cosine and why in its title."""
+    if not divs:
+        return ""
+    words = {True: ("bad", "diverges"), False: ("good", "agrees"), None: ("skip", "not compared")}
+    out = ['<section id="divergence"><h2>Package and provider divergence</h2>',
+           '<p class="note">Each <code>bisect compare --from --to</code>: a row per pair, a cell per release with '
+           "the pair's max |diff| from the reference pair over the values finite in both (the worst row cosine in "
+           "the cell's title): green where it agrees, red where it diverges (bad rows differ, a row's cosine under "
+           "the bound, or one fails where the other ran), yellow where the release was not compared.</p>"]
+    for dv in divs:
+        doc, base = dv.doc, f"data/{dv.run_id}/"
+        ref = doc["reference"]
+        out.append(f'<div class="divergence" data-run="{e(dv.run_id)}"><p><b>{e(dv.model)}</b> · {e(dv.target)} · '
+                   f"{e(doc.get('from'))} to {e(doc.get('to'))} · against <b>{e(ref['label'])}</b> · "
+                   f'<a href="{_href(base + COMPARE + ".json")}">compare.json</a></p>')
+        out.append('<div class="scroll"><table class="grid"><thead><tr><th class="target">package:ep</th>')
+        out += [f'<th class="ver" scope="col">{e(v)}</th>' for v in doc["releases"]]
+        out.append("</tr></thead><tbody>")
+        for side in doc["pairs"]:
+            out.append(f'<tr class="pair" data-pair="{e(side["label"])}"><th class="target" scope="row">'
+                       f'{e(side["label"])}</th>')
+            for entry in side["releases"]:
+                cls, word = words.get(entry.get("diverges"), words[None])
+                diff, cos = _number_of(entry.get("max_abs_diff")), _number_of(entry.get("cosine"))
+                title = (f"{side['label']} against {ref['label']} at {entry['release']}: {word} — worst cosine "
+                         f"{cosine_text(cos) if cos is not None else 'none'}, max |diff| {_fmt(diff)}; "
+                         f"{entry.get('why') or ''}")
+                body = _fmt(diff) if entry.get("diverges") is not None and diff is not None else "–"
+                out.append(f'<td class="v {cls}" data-version="{e(entry["release"])}" data-verdict="{e(word)}" '
+                           f'title="{e(title)}" aria-label="{e(title)}">{e(body)}</td>')
+            out.append("</tr>")
+        out.append("</tbody></table></div>")
+        if doc.get("message"):
+            out.append(f'<p class="note">{e(doc["message"])}</p>')
+        out.append("</div>")
+    out.append("</section>")
+    return "\n".join(out)
+
+
+def _number_of(x) -> float | None:
+    """A number of a compare document as the section shows it (anything else in its place: none)."""
+    return None if isinstance(x, bool) or not isinstance(x, (int, float)) else float(x)
+
+
+def _copy_divergences(divs: list[Divergence], site: Path) -> None:
+    """Each compare run's manifest and compare.json, into data/<run-id>/ (the section links to them)."""
+    for dv in divs:
+        copy_into(dv.run_dir, site / "data" / dv.run_id, [MANIFEST, f"{COMPARE}.json"], site)
+
+
 def _left_out_html(left_out: list) -> str:
     if not left_out:
         return ""
@@ -476,7 +540,8 @@ def _left_out_html(left_out: list) -> str:
 
 
 def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
-           runs: list[tuple[str, str]] | None = None, threshold: float = MARGIN_THRESHOLD) -> str:
+           runs: list[tuple[str, str]] | None = None, divs: list[Divergence] = (),
+           threshold: float = MARGIN_THRESHOLD) -> str:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
         by_model[r.model].append(r)
@@ -509,6 +574,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
         parts += [f"<li>{e(n['date'])} ({e(n['first'])} – {e(n['last'])}): "
                   + ", ".join(f"{c} {e(v)}" for v, c in sorted(n["verdicts"].items())) + "</li>" for n in per_night]
         parts.append("</ul></details></section>")
+    parts.append(divergence_html(list(divs)))
     for n, model in enumerate(sorted(by_model)):
         parts.append(_model_section(model, sorted(by_model[model], key=lambda r: (r.target, r.predicate)), n))
     parts.append(f"<script>{FILTER_JS}</script></body></html>")
@@ -543,10 +609,12 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
                 raise UsageError("bisect dashboard draws the traces' charts with matplotlib, which is not installed "
                                  "(uv run --with matplotlib bisect dashboard ...)") from None
         copy_raw(rows, site)
+        divs = divergences(root, warn, left_out)
+        _copy_divergences(divs, site)
         runs = runs_of(t for r in rows for _, t, _ in r.judged)
         ch = changes(rows, runs)
         page = Path(out) / "index.html"
-        write_inside(site, page, render(rows, title, left_out, ch, runs, threshold).encode("utf-8"))
+        write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                         "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
                         "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,

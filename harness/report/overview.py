@@ -8,6 +8,11 @@ fp16 headroom = max |x| / 65504, worst cosine against the run's reference where
 there is one). The first bad release of the row is its boundary; the report of
 the run (`bisect report` writes results/<run>/report.md) is named when present.
 
+`divergences` reads the documents of `bisect compare --from --to` (a run of
+their own each, compare.json, validated by results.store.read_compare_document):
+one per comparison, drawn as rows of pairs by release; their runs hold no
+probes and make no row of the grid.
+
 `changes` compares the newest run of the nightly with the state before it:
 records are grouped into runs by their `finished` times (a gap of more than
 RUN_GAP between two probes starts a new run), and the verdicts as of the
@@ -31,10 +36,12 @@ from harness.results.history import latest_by_version
 from harness.results.runs import run_dirs
 from harness.results.store import (
     CELLS,
+    COMPARE,
     REPORT,
     TRACES,
     RunStore,
     read_cell_document,
+    read_compare_document,
     read_manifest,
 )
 from harness.runners import PROVENANCE_KEYS
@@ -246,6 +253,8 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
             warn(f"skipping {d}: {exc}")
             left_out.append((d, str(exc)))
             continue
+        if man["key"].get("triage") == COMPARE:  # a compare over a range: no probes, drawn by `divergences`
+            continue
         evidence = RunStore(d).read()
         if evidence.corrupt:
             more = f" (and {len(evidence.corrupt) - 1} more)" if len(evidence.corrupt) > 1 else ""
@@ -296,6 +305,42 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
                 row.first_bad, row.last_good = s["first_bad"], s.get("last_good")
             rows.append(row)
     return rows
+
+
+@dataclass
+class Divergence:
+    """One `bisect compare --from --to`: its pairs' divergence from the reference, release by release."""
+
+    run_id: str
+    run_dir: Path
+    model: str
+    target: str
+    doc: dict  # the compare document, of its schema's shape (evidence.CompareDocument)
+
+
+def divergences(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Divergence]:
+    """Every compare document under `root`, in run order. A run refused for a link is `collect`'s to report; a
+    document that cannot be read or is not of its shape leaves its run out (`warn`, `left_out`: the run, why)."""
+    left_out = [] if left_out is None else left_out
+    found = []
+    for d in run_dirs(root, []):
+        try:
+            man = read_manifest(d)
+        except UsageError:
+            continue  # collect says so
+        if man["key"].get("triage") != COMPARE:
+            continue
+        try:
+            doc = read_compare_document(d).raw
+        except (OSError, EvidenceError) as exc:
+            warn(f"leaving out {d}: {COMPARE}.json: {exc}")
+            left_out.append((d, f"{COMPARE}.json: {exc}"))
+            continue
+        key = man["key"]  # where the pairs ran: the run key's target (its shape checked), never a package of it
+        where = {k: key.get(k) for k in ("arch", "backend", "cpu", "python")}
+        found.append(Divergence(d.name, d, (man.get("model") or {}).get("name") or d.name,
+                                target_label(where, key.get("session_options") or {}), doc))
+    return found
 
 
 def boundary(verdicts: dict[str, str]) -> tuple[str | None, str | None, dict[str, str]]:

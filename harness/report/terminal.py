@@ -144,6 +144,41 @@ def compare_table(doc: dict) -> Table:
     return t
 
 
+def compare_range_table(doc: dict) -> Table:
+    """`bisect compare --from --to`: a row per release, a column per pair; each compared pair's cell says whether
+    it diverges from the reference there, with the worst cosine and the max |diff| (or why it was not compared)."""
+    ref = doc["reference"]
+    t = Table(title=f"{plain(doc['model'])} · {plain(doc['from'])} to {plain(doc['to'])} · "
+                    f"{_target(doc.get('provenance'))}", title_justify="left",
+              caption=f"{doc['probes']['made']} probes made, {doc['probes']['reused']} reused, "
+                      f"{doc['seconds']:.1f} s; a compared cell: the worst cosine and the max |diff| against "
+                      f"{plain(ref['label'])}",
+              caption_justify="left")
+    t.add_column("release", justify="left")
+    t.add_column(f"{plain(ref['label'])} (reference)", justify="left", overflow="fold")
+    for side in doc["pairs"]:
+        t.add_column(plain(side["label"]), justify="left", overflow="fold")
+    for i, v in enumerate(doc["releases"]):
+        r = ref["releases"][i]
+        if r.get("status") == "ran":
+            first = f"NaN rows {_number(r.get('nan_rows'), 'd')}/{_number(r.get('rows'), 'd')}, max |x| " \
+                    f"{_number(r.get('max_abs'), '.5g')}"
+        else:
+            first = f"[yellow]{plain(r.get('status') or 'not probed')}[/]: {plain(r.get('why'))}"
+        cells = []
+        for side in doc["pairs"]:
+            e = side["releases"][i]
+            numbers = f"{_number(e.get('cosine'), 'cosine')}  {_number(e.get('max_abs_diff'), '.3g')}"
+            if e["diverges"]:
+                cells.append(f"[bold red]diverges[/] {numbers}\n{plain(e['why'])}")
+            elif e["diverges"] is None:
+                cells.append(f"[yellow]{plain(e['why'])}[/]")
+            else:
+                cells.append(f"[green]agrees[/] {numbers}")
+        t.add_row(plain(v), first, *cells)
+    return t
+
+
 def reduction_summary(doc: dict) -> str:
     """What `bisect reduce` kept, and how it was verified (rich markup)."""
     good, bad = doc["pair"]

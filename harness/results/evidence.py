@@ -1,8 +1,10 @@
 """The evidence a run keeps, as types: a probe record, a run manifest and a cell document (the run document
 of one search, cells/<key>.json), parsed before anything reads them.
 
-Each has a versioned JSON Schema under docs/schema/ (probe-record.v1.json,
-run-manifest.v1.json, cell-document.v1.json), the contract
+The compare document of `bisect compare --from --to` (compare.json, the divergence of
+package/provider pairs release by release) is one more. Each has a versioned JSON
+Schema under docs/schema/ (probe-record.v1.json, run-manifest.v1.json,
+cell-document.v1.json, compare-document.v1.json), the contract
 for anyone who reads results/ without this package. `parse` checks what the
 schema requires and the type of every key it names, so a line of the wrong
 shape (from another machine, an older tool or a careless edit) is refused where
@@ -104,6 +106,25 @@ CELL_PROBE_FIELDS: dict[str, tuple[type, ...]] = {
 CELL_KEY_FIELDS: dict[str, tuple[type, ...]] = {"key": (str,)}  # the document's `cell` (a matrix cell adds more)
 CELL_MODES = ("regression", "fix", "sweep")
 CELL_KEY_RE = re.compile(r"^[^/\\]+$")  # the document's file name stem under cells/
+
+
+COMPARE_FIELDS: dict[str, tuple[type, ...]] = {  # harness.triage.compare.compare_over
+    "kind": (str,), "run_id": (str,), "model": (str,), "from": (str,), "to": (str,), "releases": (list,),
+    "reference": (dict,), "pairs": (list,), "cosine_bound": _NUMBER, "change_threshold": _NUMBER,
+    "provenance": (dict,), "probes": (dict,), "seconds": _NUMBER, "message": (str,), "generated": (str,),
+}
+COMPARE_PAIR_FIELDS: dict[str, tuple[type, ...]] = {  # a pair compared with the reference; the reference itself
+    "label": (str,), "package": (str,), "ep": (str,), "run_id": (str,), "releases": (list,),
+}
+COMPARE_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {  # one release of a compared pair
+    "release": (str,), "cosine": (*_NUMBER, _NONE), "max_abs_diff": (*_NUMBER, _NONE), "diverges": (bool, _NONE),
+    "why": (str,),
+}
+COMPARE_REFERENCE_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {  # one release of the reference pair
+    "release": (str,), "status": (str, _NONE), "nan_rows": (int, _NONE), "rows": (int, _NONE),
+    "max_abs": (*_NUMBER, _NONE), "commit": (str, _NONE), "why": (str, _NONE),
+}
+COMPARE_KIND = "compare-range"
 
 
 class EvidenceError(HarnessError):
@@ -302,3 +323,40 @@ class CellDocument:
             except UsageError as exc:
                 raise EvidenceError(what, "predicate", f"{predicate[:64]!r} is not a predicate ({exc})") from None
         return cls(key, doc.get("predicate"), doc.get("generated"), doc)
+
+
+@dataclass(frozen=True)
+class CompareDocument:
+    """A compare over a range, as kept in compare.json (docs/schema/compare-document.v1.json).
+
+    Beyond the types: every release a version, and the reference and each pair hold one entry per release of
+    the document, in its order (a reader draws them as cells of one row under the releases)."""
+
+    releases: tuple[str, ...]
+    raw: dict
+
+    @classmethod
+    def parse(cls, doc) -> CompareDocument:
+        what = "compare document"
+        _check(what, doc, COMPARE_FIELDS)
+        for key in ("kind", "releases", "reference", "pairs"):
+            if key not in doc:
+                raise EvidenceError(what, key, "is missing")
+        if doc["kind"] != COMPARE_KIND:
+            raise EvidenceError(what, "kind", f"{doc['kind'][:64]!r} is not {COMPARE_KIND!r}")
+        releases = doc["releases"]
+        for i, v in enumerate(releases):
+            if not isinstance(v, str) or len(v) > 64 or not VERSION_RE.match(v):
+                raise EvidenceError(what, f"releases[{i}]", "is not a release version")
+        sides = [("reference", doc["reference"], COMPARE_REFERENCE_ENTRY_FIELDS)]
+        _check_all(what, doc["pairs"], COMPARE_PAIR_FIELDS, "pairs", required=("label", "releases"))
+        sides += [(f"pairs[{i}]", p, COMPARE_ENTRY_FIELDS) for i, p in enumerate(doc["pairs"])]
+        for where, side, fields in sides:
+            _check(what, side, COMPARE_PAIR_FIELDS, f"{where}.")
+            if "label" not in side or "releases" not in side:
+                raise EvidenceError(what, f"{where}.{'label' if 'label' not in side else 'releases'}", "is missing")
+            required = ("release", "diverges", "why") if fields is COMPARE_ENTRY_FIELDS else ("release",)
+            _check_all(what, side["releases"], fields, f"{where}.releases", required=required)
+            if [e["release"] for e in side["releases"]] != releases:
+                raise EvidenceError(what, f"{where}.releases", "does not hold one entry per release of the document")
+        return cls(tuple(releases), doc)

@@ -12,6 +12,8 @@
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
     results/<run-id>/repro-batch.zip  what the report's repro.py reads from beside it, when too big to embed
     results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
+    results/<compare-run>/compare.json  `bisect compare --from --to`: pairs release by release (a run of its
+                                     own, without probes: each pair's probes are in that pair's run)
 
 Only this module decides where those files go; the rest asks the store.
 
@@ -59,6 +61,7 @@ from harness.results.evidence import (
     MAX_RECORD_BYTES,
     RUN_ID_RE,
     CellDocument,
+    CompareDocument,
     EvidenceError,
     ProbeRecord,
     RunManifest,
@@ -79,9 +82,11 @@ CELLS = "cells"  # <cell-key>.json: the latest run document of each search over 
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
 REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
 BLAME = "blame"  # below the release: its probes, each release's optimized graph and session log, blame.json
+COMPARE = "compare"  # compare.json, and the `triage` of its run's key
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
-SIDE_FILES = (REPORT, REPRO, REPRO_BATCH)  # remade from the whole evidence: merge keeps the newer copy (mtime)
+# remade from the whole evidence (compare.json from its pairs' runs): merge keeps the newer copy (mtime)
+SIDE_FILES = (REPORT, REPRO, REPRO_BATCH, f"{COMPARE}.json")
 
 
 def read_manifest(run_dir: Path) -> dict:
@@ -104,6 +109,16 @@ def read_cell_document(path: Path) -> CellDocument:
     except ValueError as exc:
         raise EvidenceError("cell document", "", str(exc)) from None
     return CellDocument.parse(doc)
+
+
+def read_compare_document(run_dir: Path) -> CompareDocument:
+    """The compare document of a run (compare.json), refused (EvidenceError) when it cannot be read or is not of
+    its schema's shape; OSError when the file cannot be opened."""
+    try:
+        doc = loads((Path(run_dir) / f"{COMPARE}.json").read_bytes())
+    except ValueError as exc:
+        raise EvidenceError("compare document", "", str(exc)) from None
+    return CompareDocument.parse(doc)
 
 
 def run_id_for(name: str, key: dict) -> str:
