@@ -260,6 +260,7 @@ td.flip::after{content:"▲";font-size:8px}
 .spark .nonfinite{stroke:#c62828;stroke-width:1.6}
 .margin{font-size:11px;text-align:left;white-space:nowrap}
 .first-bad-col{min-width:9em;max-width:16em;overflow-wrap:anywhere}
+.first-bad-col code{white-space:normal;word-break:break-all}
 .grid th.target{position:sticky;left:0;background:#fff;z-index:1}
 .close{background:#b35900;color:#fff;padding:0 4px;border-radius:3px}
 .spark .threshold{stroke:#b35900;stroke-dasharray:1 2;stroke-width:1}
