@@ -51,6 +51,20 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     if reference is not None and reference.kind == FP32 and reference.model is None:  # made here, not when checked
         reference = from_fp32(*fp32_model(pi.model, spec.cache_dir))
     runner.provision(log)
+    store = open_store(spec, req, command)
+    timeout = spec.timeout
+    if timeout is None:
+        weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
+        timeout = default_timeout(weights, runner.emulates(runner.target.arch))
+    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
+                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None)
+    return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
+
+
+def open_store(spec: SearchSpec, req: request.Request, command: list[str] | None = None) -> RunStore:
+    """The run's store, opened under its key: the model, batch, outputs and options of the checked request and
+    the provenance of its runner (a matrix cell skipped here opens it unprovisioned, to keep why)."""
+    runner, pi = req.runner, req.probe_inputs
     key = {
         "model": pi.model.digest,
         "batch": pi.batch_digest,
@@ -65,14 +79,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
             "batch": {"path": str(pi.batch), "digest": pi.batch_digest}}
     # what is asked (predicate, reference, range) is no part of the manifest: it is each search's own, kept in
     # its run document, and a trace or diff of the run asks nothing
-    store = RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
-    timeout = spec.timeout
-    if timeout is None:
-        weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
-        timeout = default_timeout(weights, runner.emulates(runner.target.arch))
-    job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
-                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None)
-    return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
+    return RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
 
 
 def margin_job(resolved, cache_dir: Path) -> MarginJob | None:

@@ -9,8 +9,9 @@ one line) that names what the user typed. The checks run cheapest first:
    most (--reference FILE.npz or fp32, --reference-release), given whenever
    the predicate compares with one;
 2. the package and provider (harness.releases.packages: a package the harness knows,
-   a provider it runs, the device that provider needs visible on this host,
-   --find-links directories that exist), then the target, by the runner
+   a provider it runs, --ep-option only for a provider other than the CPU one,
+   the device that provider needs visible on this host, --find-links
+   directories that exist), then the target, by the runner
    registry's rules (arch, backend, --cpu, the Python a backend runs,
    --memory-limit): a runner is made, not provisioned;
 3. what is named on the command line: --cache-dir and --results-dir are (or
@@ -56,6 +57,7 @@ from harness.results.store import RunStore
 from harness.runners import Runner, make_runner
 from harness.verdicts import Predicate, parse_predicate
 from harness.vocabulary import (
+    DEFAULT_EP,
     DEFAULT_RESULTS_DIR,
     DEVICE_CHECKS,
     PACKAGES,
@@ -128,6 +130,18 @@ def predicate(text: str) -> Predicate:
     return pred
 
 
+def question(bad_if: str, reference=None, reference_release: str | None = None) -> Predicate:
+    """The predicate of `--bad-if`, with one reference at most, given whenever the predicate compares with one."""
+    pred = predicate(bad_if)
+    given = [f for f, v in (("--reference", reference), ("--reference-release", reference_release)) if v]
+    if len(given) > 1:
+        raise UsageError("give one reference: --reference FILE.npz, --reference fp32 or --reference-release V")
+    if pred.needs_reference and not given:
+        raise UsageError(f"--bad-if {pred}: compares with a reference; give --reference fp32, "
+                         "--reference-release V or --reference FILE.npz")
+    return pred
+
+
 def seconds(value, flag: str = "--timeout") -> float:
     """A timeout: a finite number of seconds >= 1."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 1:
@@ -183,6 +197,11 @@ def pair_ranges(spec: SearchSpec, packages: list[Package]) -> list[list[Release]
 
 def package(pkg: Package) -> Package:
     """The package and provider a request names, checked before anything is listed or installed."""
+
+
+def package(pkg: Package, device: bool = True) -> Package:
+    """The package and provider a request names, checked before anything is listed or installed; `device`:
+    the device the provider needs must be visible here (`device_missing`)."""
     eps = known_eps(pkg.name)
     if eps is None:
         raise UsageError(f"--package {pkg.name}: not an onnxruntime package this harness knows "
@@ -191,18 +210,26 @@ def package(pkg: Package) -> Package:
         runs = [n for n, e in PACKAGES.items() if pkg.ep in e]
         hint = f"; {pkg.ep} is in {', '.join(runs)}" if runs else f" (providers: {', '.join(sorted({e for v in PACKAGES.values() for e in v}))})"
         raise UsageError(f"--ep {pkg.ep}: {pkg.name} runs {', '.join(eps)}, not {pkg.ep}{hint}")
+    if pkg.ep == DEFAULT_EP and pkg.ep_options:  # the worker would hand them to the CPU provider, which reads none
+        k, v = pkg.ep_options[0]
+        raise UsageError(f"--ep-option {k}={v}: the CPU provider takes no provider options ({pkg.name} runs "
+                         f"{', '.join(eps)}; options are for another provider)")
     for link in pkg.find_links:
         if "://" not in link and not Path(link).is_dir():
             raise UsageError(f"--find-links {link}: no such directory")
     for url in pkg.index_urls:
         if url.startswith("file://") and not Path(url.removeprefix("file://")).is_dir():
             raise UsageError(f"--index-url {url}: no such directory")
-    device = DEVICE_CHECKS.get(pkg.ep)
-    if device:
-        problem = device_problem(*device)
-        if problem:
-            raise UsageError(f"--ep {pkg.ep}: {problem}; nothing was installed")
+    problem = device_missing(pkg) if device else None
+    if problem:
+        raise UsageError(f"--ep {pkg.ep}: {problem}; nothing was installed")
     return pkg
+
+
+def device_missing(pkg: Package) -> str | None:
+    """Why the device the package's provider needs (vocabulary.DEVICE_CHECKS) is not visible here, or None."""
+    device = DEVICE_CHECKS.get(pkg.ep)
+    return device_problem(*device) if device else None
 
 
 def device_problem(command: str, missing: str) -> str | None:
@@ -225,23 +252,20 @@ def device_problem(command: str, missing: str) -> str | None:
 
 # -- the whole request -------------------------------------------------------------------
 
-def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...] = ()) -> Request:
+def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...] = (),
+          device: bool = True) -> Request:
     """Every check of the request `spec`, in the order of the module docstring.
 
     `dump` and `nodes` are tensor and node names a command will use (`trace
-    --dump`, `mitigate --node`); they must be the model's.
+    --dump`, `mitigate --node`); they must be the model's. `device=False`
+    checks all but the device the provider needs (a matrix skips a cell whose
+    device is missing, after checking the rest of it).
     """
     if spec.timeout is not None:
         seconds(spec.timeout)
-    pred = predicate(spec.bad_if)
-    given = [f for f, v in (("--reference", spec.reference), ("--reference-release", spec.reference_release)) if v]
-    if len(given) > 1:
-        raise UsageError("give one reference: --reference FILE.npz, --reference fp32 or --reference-release V")
-    if pred.needs_reference and not given:
-        raise UsageError(f"--bad-if {pred}: compares with a reference; give --reference fp32, "
-                         "--reference-release V or --reference FILE.npz")
+    pred = question(spec.bad_if, spec.reference, spec.reference_release)
 
-    package(spec.package)
+    package(spec.package, device)
     python_version(spec.python)
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
                          spec.package, spec.engines)

@@ -18,6 +18,7 @@ from harness.errors import UsageError
 from harness.plan import Plan
 from harness.reference import Reference, judged, restored
 from harness.releases.versions import Release, parse_version
+from harness.request import Request
 from harness.results.history import RefreshStore, latest_by_version, own_records
 from harness.results.store import RunStore
 from harness.summary import Question, summary
@@ -60,8 +61,28 @@ def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regr
     doc["harness"] = {"peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
                       "wall_s": round(time.perf_counter() - started, 3)}
     question = question_of_plan(plan, doc["mode"])
+    _keep(plan.store, doc, question, refresh, cell_key, extra)
+    return Search(plan, outcome, doc)
+
+
+def skipped(store: RunStore, request: Request, why: str, *, sweep: bool = False, cell_key: str | None = None,
+            extra: dict | None = None) -> dict:
+    """The run document of a search that cannot run here (a matrix cell whose provider's device this host
+    lacks): its question, nothing probed, and why; kept in the run's store as a search's document is."""
+    releases = [r.version for r in request.releases]
+    doc = {"run_id": store.run_id, "mode": "sweep" if sweep else "regression", "status": "skipped", "skipped": why,
+           "monotone": True, "releases": releases, "probes": [], "probe_count": 0, "release_count": len(releases),
+           "provenance": {}, "last_good": None, "first_bad": None, "commits": None, "untestable": [],
+           "message": f"Skipped: {why}; nothing was probed."}
+    question = question_of(request.predicate, request.reference, doc["mode"], request.releases)
+    return _keep(store, doc, question, False, cell_key, extra)
+
+
+def _keep(store: RunStore, doc: dict, question: Question, refresh: bool, cell_key: str | None,
+          extra: dict | None) -> dict:
+    """What every run document says of its question and where it was made; saved under cells/."""
     doc["question"] = question.document()
-    doc["predicate"] = str(plan.predicate)
+    doc["predicate"] = str(question.predicate)
     doc["bad_means"] = question.words()
     doc["reference"] = question.reference
     doc["refresh"] = refresh
@@ -69,15 +90,17 @@ def finish(plan: Plan, outcome: RunOutcome, started: float, *, mode: str = "regr
     doc["host"] = {"machine": platform.machine(), "node": platform.node()}
     doc["cell"] = {"key": cell_key or question.key}  # one document per question
     doc.update(extra or {})
-    plan.store.save_summary(cell_key or doc["cell"]["key"], doc)
-    return Search(plan, outcome, doc)
+    store.save_summary(cell_key or doc["cell"]["key"], doc)
+    return doc
 
 
 def question_of_plan(plan: Plan, mode: str) -> Question:
     """The question a plan's search asks (`mode`: regression, fix or sweep)."""
-    ref = plan.reference
-    return Question(plan.predicate, ref.identity() if ref else None, mode, plan.releases[0].version,
-                    plan.releases[-1].version)
+    return question_of(plan.predicate, plan.reference, mode, plan.releases)
+
+
+def question_of(predicate: Predicate, ref: Reference | None, mode: str, releases: list[Release]) -> Question:
+    return Question(predicate, ref.identity() if ref else None, mode, releases[0].version, releases[-1].version)
 
 
 def bisect_over(plan: Plan, releases: list[Release], *, mode: str = "regression", observer: Observer | None = None,

@@ -312,6 +312,54 @@ def test_grid_marks_first_bad_flips_and_newest_record(tmp_path):
     assert dec["flips"] == {"1.21.1": "good", "1.23.2": "error", "1.24.1": "good"}  # a skip is stepped over
 
 
+def _question_doc(run_dir: Path, key: str, predicate: str, reference: dict | None, verdicts: dict, **more) -> None:
+    """A run document under cells/ as harness.session keeps one (its probes' verdicts are the question's)."""
+    (run_dir / "cells").mkdir(exist_ok=True)
+    (run_dir / "cells" / f"{key}.json").write_text(json.dumps({
+        "run_id": run_dir.name, "status": "found", "mode": "regression", "releases": sorted(verdicts),
+        "probes": [{"version": v, "verdict": x} for v, x in sorted(verdicts.items())], "predicate": predicate,
+        "reference": reference, "generated": "2025-01-09T00:00:00Z", "cell": {"key": key}, **more}))
+
+
+def test_each_question_of_a_run_is_its_own_row_and_a_skipped_cell_says_why(tmp_path):
+    """Two references under one predicate are two rows, each with its document's verdicts; the fp32 probes a
+    reference adds to the run (a series) are not the plain row's; a run document that says `skipped` (a CUDA
+    cell on a host without a GPU) is a row that says why."""
+    root = tmp_path / "results"
+    recs = [_rec("1.19.2", 0, "2025-01-02T03:00:00Z", "x86_64"), _rec("1.20.0", 7, "2025-01-02T03:01:00Z", "x86_64")]
+    recs += [{**_rec(v, 0, f"2025-01-02T03:0{i + 2}:00Z", "x86_64"), "series": "reference-fp32"}
+             for i, v in enumerate(("1.19.2", "1.20.0"))]  # newer, finite: the fp32 model's probes
+    run = make_run(root, "fused-x86_64-1", "gemma-tiny-fused", _key("f" * 64, "x86_64"), recs)
+    fp32 = {"kind": "fp32", "id": "fp32:0123456789abcdef", "label": "the model in fp32 on the same release"}
+    old = {"kind": "release", "id": "release:1.19.2", "label": "the outputs of onnxruntime 1.19.2"}
+    _question_doc(run, "plain", "nan-or-inf", None, {"1.19.2": "good", "1.20.0": "bad"})
+    _question_doc(run, "vs-fp32", "cosine<0.999", fp32, {"1.19.2": "good", "1.20.0": "bad"})
+    _question_doc(run, "vs-old", "cosine<0.999", old, {"1.19.2": "good", "1.20.0": "good"})
+    why = "no NVIDIA GPU is visible (nvidia-smi is not installed)"
+    gpu = make_run(root, "fused-gpu-1", "gemma-tiny-fused",
+                   {**_key("f" * 64, "x86_64"), "package": "onnxruntime-gpu", "ep": "cuda"}, [])
+    _question_doc(gpu, "cuda", "nan-or-inf", None, {}, status="skipped", skipped=why, message=f"Skipped: {why}.")
+    site = tmp_path / "site"
+    dashboard.build(root, site)
+    grid = json.loads((site / "dashboard.json").read_text())
+    assert sorted(grid) == ["fused-gpu-1/nan-or-inf", "fused-x86_64-1/cosine<0.999/vs-fp32:0123456789abcdef",
+                            "fused-x86_64-1/cosine<0.999/vs-release:1.19.2", "fused-x86_64-1/nan-or-inf"]
+    assert grid["fused-x86_64-1/nan-or-inf"]["verdicts"] == {"1.19.2": "good", "1.20.0": "bad"}  # not the fp32 probes'
+    assert grid["fused-x86_64-1/nan-or-inf"]["first_bad"] == "1.20.0"
+    assert grid["fused-x86_64-1/cosine<0.999/vs-fp32:0123456789abcdef"]["first_bad"] == "1.20.0"
+    assert grid["fused-x86_64-1/cosine<0.999/vs-release:1.19.2"]["verdicts"] == {"1.19.2": "good", "1.20.0": "good"}
+    assert [g["reference"] for _, g in sorted(grid.items())] == [None, "fp32", "1.19.2", None]
+    assert [g["skipped"] for _, g in sorted(grid.items())] == [why, None, None, None]
+    text = (site / "index.html").read_text()
+    labels = __import__("re").findall(r'<th class="target" scope="row">(.*?)</th>', text)
+    assert sorted(labels) == sorted([
+        "<b>gemma-tiny-fused</b>x86_64 · uv · onnxruntime-gpu:cuda · py3.11",
+        "<b>gemma-tiny-fused</b>x86_64 · uv · py3.11",
+        "<b>gemma-tiny-fused</b>x86_64 · uv · py3.11 · bad if cosine&lt;0.999 vs fp32",
+        "<b>gemma-tiny-fused</b>x86_64 · uv · py3.11 · bad if cosine&lt;0.999 vs 1.19.2"]), labels
+    assert f'<b>skipped</b>: {why}' in text
+
+
 def test_page_is_self_contained_and_escapes_results(tmp_path):
     site = tmp_path / "site"
     page = dashboard.build(synthetic(tmp_path / "results"), site)

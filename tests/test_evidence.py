@@ -392,6 +392,7 @@ BROKEN_CELLS = [
     ("cell.key", lambda d: d["cell"].pop("key")),
     ("explanation", lambda d: d.update(explanation=["fp16"])),
     ("message", lambda d: d.update(message=None)),
+    ("skipped", lambda d: d.update(status="skipped", skipped=["no NVIDIA GPU"])),
 ]
 
 

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import builders
+import inproc
+import jsonschema
 import numpy as np
 import pytest
 
 from harness.errors import UsageError
+from harness.nightly import cells as cells_mod
 from harness.nightly import matrix
 from harness.releases.versions import Release
 from harness.results import history
-from harness.results.store import RunStore
+from harness.results.store import RunStore, read_cell_document
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+SCHEMA = ROOT / "docs" / "schema"
 
 # The commands as `bisect` runs them (registered in harness.cli; registered here too if not yet).
 ENTRY = """\
@@ -43,9 +49,9 @@ class Result:
         return json.loads(self.stdout)
 
 
-def ob(*args, timeout: float = 900) -> Result:
+def ob(*args, timeout: float = 900, env: dict | None = None) -> Result:
     proc = subprocess.run([sys.executable, "-c", ENTRY, *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, cwd=ROOT, env={**os.environ, "COLUMNS": "200"})
+                          timeout=timeout, cwd=ROOT, env={**os.environ, "COLUMNS": "200", **(env or {})})
     return Result(proc)
 
 
@@ -90,6 +96,13 @@ def test_shipped_matrices_load():
     assert all(c.releases == {"since": "1.19.0"} for c in nightly.cells)
     hub = matrix.load(ROOT / "matrices" / "embeddinggemma.toml")
     assert {c.model for c in hub.cells} == {"embeddinggemma"}
+    shipped = matrix.load(ROOT / "matrices" / "providers.toml")
+    asked = {(c.package, c.ep, c.reference, c.bad_if) for c in shipped.cells}
+    assert asked == {(pkg, ep, ref, bad_if) for pkg, ep in [("onnxruntime", "cpu"), ("onnxruntime-openvino", "openvino"),
+                                                             ("onnxruntime-gpu", "cuda")]
+                     for ref, bad_if in [(None, "nan-or-inf"), ("fp32", "cosine<0.999")]}
+    ov = [c for c in shipped.cells if c.ep == "openvino"]
+    assert all(c.ep_options == {"device_type": "CPU"} and c.releases == {"from": "1.23.0", "to": "1.24.1"} for c in ov)
 
 
 def test_cells_json_is_a_ci_job_matrix():
@@ -202,6 +215,195 @@ def test_workflow_file_is_a_valid_github_workflow():
                    "runs-on: ${{ matrix.runner }}", "bisect merge", "bisect dashboard", ".ci/history restore",
                    ".ci/history save", "upload-artifact", "deploy-pages"):
         assert needle in text, needle
+
+
+# -- packages, providers, references and rows: what `bisect run` takes, in a matrix -------------------------
+
+def provider_matrix(d: Path, top: str = "", model: str = "", tail: str = "", name: str = "asked") -> Path:
+    """One file model of `d`, the native target; `top` at the top level, `model` in its [[models]] entry,
+    `tail` after the tables ([[providers]], ...)."""
+    path = d / f"{name}.toml"
+    path.write_text(f'releases = {{ from = "1.23.2", to = "1.24.1" }}\n{top}{ONE_MODEL}{model}{NATIVE_TARGET}{tail}')
+    return path
+
+
+def refused_in_process(*argv) -> str:
+    """`bisect ARGV` run here: exit 2 and one line on stderr, which is returned."""
+    r = inproc.run(*argv)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert len(r.lines) == 1 and r.lines[0].startswith("error: "), r.stderr
+    return r.lines[0].removeprefix("error: ")
+
+
+@pytest.mark.parametrize("top, model, tail, message", [
+    ("", "", '[[providers]]\npackage = "onnxruntime-silicon"\n',
+     "[[providers]] #1: package onnxruntime-silicon: not an onnxruntime package this harness knows (known: "
+     "onnxruntime, onnxruntime-openvino, onnxruntime-gpu)"),
+    ("", "", '[[providers]]\npackage = "onnxruntime-openvino"\nep = "TPUExecutionProvider"\n',
+     "[[providers]] #1: ep TPUExecutionProvider: onnxruntime-openvino runs cpu, openvino, not TPUExecutionProvider "
+     "(providers: cpu, cuda, openvino)"),
+    ("", "", '[[providers]]\nep = "OpenVINOExecutionProvider"\n',
+     "[[providers]] #1: ep openvino: onnxruntime runs cpu, not openvino; openvino is in onnxruntime-openvino"),
+    ("", "", '[[providers]]\nep_options = { device_type = "CPU" }\n',
+     "[[providers]] #1: ep_options device_type=CPU: the CPU provider takes no provider options (onnxruntime runs "
+     "cpu; options are for another provider)"),
+    ("", "", '[[providers]]\npackage = "onnxruntime-openvino"\nep = "openvino"\nep_options = { device_type = true }\n',
+     "[[providers]] #1: ep_options.device_type = True: give the value as a string"),
+    ("", "", '[[providers]]\npackage = "onnxruntime-openvino"\nreleases = { from = "1.24.1", to = "1.23.0" }\n',
+     "[[providers]] #1 releases: empty range (1.24.1 is after 1.23.0)"),
+    ('bad_if = "cosine<0.999"\nreference = "missing.npz"\n', "", "",
+     "the matrix: reference {d}/missing.npz: no such file"),
+    ("", 'bad_if = "cosine<0.999"\nreference = "refs/missing.npz"\n', "",
+     "[[models]] #1: reference {d}/refs/missing.npz: no such file"),
+    ('bad_if = "cosine<1.5"\nreference = "fp32"\n', "", "", "the matrix: bad_if cosine<1.5: a cosine is at most 1"),
+    ('bad_if = "frobnicate"\n', "", "", "the matrix: bad_if 'frobnicate': expected one of nan-or-inf"),
+    ("", 'bad_if = "rel-diff>1e-2"\n', "",
+     "[[models]] #1: bad_if rel-diff>0.01: compares with a reference; give reference fp32, reference_release V or "
+     "reference FILE.npz"),
+    ('reference = "fp32"\n', 'bad_if = "cosine<0.999"\nreference_release = "1.23.2"\nreference = "fp32"\n', "",
+     "[[models]] #1: give one reference: reference FILE.npz, reference fp32 or reference_release V"),
+    ("", 'reference_release = "latest"\n', "", "[[models]] #1: reference_release: 'latest' is not a version number"),
+    ('mode = "sweep"\nrows = "fewest"\n', "", "",
+     "the matrix: rows fewest: a sweep probes every release; it applies to `bisect run`"),
+    ("", 'rows = "most"\n', "", "[[models]] #1: rows 'most' (choose from all, fewest)"),
+    ("", "", '[[providers]]\npackage = "onnxruntime"\n[[providers]]\nep = "CPUExecutionProvider"\n',
+     f"cells 0 and 1 are the same search (residual_norm/{NATIVE}/auto/bisect)"),
+    ("", "", '[[providers]]\npackage = "onnxruntime-gpu"\nep = "cuda"\nname = "a"\n'
+             '[[providers]]\npackage = "onnxruntime-gpu"\nep = "CUDAExecutionProvider"\nname = "b"\n',
+     f"cells 0 and 1 are the same search (residual_norm/{NATIVE}/auto/b/bisect)"),
+], ids=["unknown-package", "unknown-provider", "provider-of-another-package", "ep-option-on-the-default",
+        "ep-option-not-text", "provider-empty-range", "reference-file-missing", "model-reference-file-missing",
+        "cosine-past-1", "bad-if-unknown", "compares-with-nothing", "two-references", "reference-release-not-a-version",
+        "fewest-rows-in-a-sweep", "rows-unknown", "one-provider-twice", "cuda-twice-by-two-names"])
+def test_a_provider_or_question_run_would_refuse_is_one_line_naming_the_file_and_table(tiny, top, model, tail,
+                                                                                         message):
+    """Each is refused by the function that refuses `bisect run`'s flag (harness.request, triage.rows), in the
+    file's words, before anything is listed or probed; a CUDA cell is refused for what it asks, not for the GPU."""
+    path = provider_matrix(tiny, top, model, tail)
+    line = refused_in_process("matrix", "cells", path)
+    assert line.startswith(f"{path}: {message.format(d=tiny)}"), line
+
+
+def test_cells_are_the_product_of_models_targets_providers_options_and_modes(tiny):
+    path = tiny / "product.toml"
+    path.write_text(
+        'mode = ["bisect", "sweep"]\nreleases = { from = "1.23.2", to = "1.24.1" }\nbad_if = "nan-or-inf"\n'
+        f'{ONE_MODEL}'
+        '[[models]]\npath = "residual_overflow.onnx"\ninputs = "batch.npz"\nbad_if = "cosine<0.999"\n'
+        'reference_release = "1.23.2"\n'
+        f'{NATIVE_TARGET}'
+        '[[providers]]\npackage = "onnxruntime"\n'
+        '[[providers]]\nname = "openvino-cpu"\npackage = "onnxruntime-openvino"\nep = "OpenVINOExecutionProvider"\n'
+        'ep_options = { device_type = "CPU", num_of_threads = 2 }\nreleases = { from = "1.23.0", to = "1.24.1" }\n'
+        '[[providers]]\npackage = "onnxruntime-gpu"\nep = "cuda"\n'
+        '[[options]]\n[[options]]\ngraph_optimization_level = "disable"\n')
+    cells = matrix.load(path).cells
+    models = [("residual_norm", None, "nan-or-inf"), ("residual_overflow", "1.23.2", "cosine<0.999")]
+    providers = [("onnxruntime", "cpu", (), None), ("onnxruntime-openvino", "openvino",
+                                                    (("device_type", "CPU"), ("num_of_threads", "2")), "openvino-cpu"),
+                 ("onnxruntime-gpu", "cuda", (), None)]
+    options = [(), (("graph_optimization_level", "disable"),)]
+    expected = [(*m, *p, o, mode) for m in models for p in providers for o in options for mode in ("bisect", "sweep")]
+    got = [(c.model_label, c.reference_release, c.bad_if, c.package, c.ep, tuple(sorted(c.ep_options.items())),
+            c.provider, tuple(sorted(c.options.items())), c.mode) for c in cells]
+    assert got == expected  # the product, in file order: --cell N is the same cell on every machine
+    assert [c.index for c in cells] == list(range(24))
+    assert len({c.key for c in cells}) == len({c.name for c in cells}) == 24
+    ranges = {(c.package, json.dumps(c.releases, sort_keys=True)) for c in cells}
+    assert ranges == {("onnxruntime", '{"from": "1.23.2", "to": "1.24.1"}'),
+                      ("onnxruntime-openvino", '{"from": "1.23.0", "to": "1.24.1"}'),
+                      ("onnxruntime-gpu", '{"from": "1.23.2", "to": "1.24.1"}')}
+    ov = next(c for c in cells if c.ep == "openvino" and c.reference_release)
+    assert ov.name == f"residual_overflow/{NATIVE}/auto/openvino-cpu/cosine<0.999 vs 1.23.2/bisect"
+    spec = cells_mod.spec_for(ov, "1.23.0", "1.24.1", tiny / "cache", tiny / "res", True)
+    assert (spec.package.name, spec.package.ep, spec.package.ep_options) == \
+        ("onnxruntime-openvino", "openvino", (("device_type", "CPU"), ("num_of_threads", "2")))
+    assert (spec.bad_if, spec.reference, spec.reference_release) == ("cosine<0.999", None, "1.23.2")
+
+
+def test_a_model_s_own_question_wins_and_its_reference_replaces_the_matrix_s(tiny):
+    (tiny / "refs").mkdir(exist_ok=True)
+    np.savez(tiny / "refs" / "y.npz", y=np.zeros((4, 8), np.float32))
+    path = tiny / "own.toml"
+    path.write_text('releases = { from = "1.23.2", to = "1.24.1" }\nbad_if = "cosine<0.99"\nreference = "refs/y.npz"\n'
+                    f'rows = "fewest"\n{ONE_MODEL}{ONE_MODEL.replace("residual_norm", "residual_overflow")}'
+                    f'reference_release = "1.23.2"\nrows = "all"\n{NATIVE_TARGET}')
+    first, second = matrix.load(path).cells
+    assert (first.bad_if, first.reference, first.reference_release, first.rows) == \
+        ("cosine<0.99", str((tiny / "refs" / "y.npz").resolve()), None, "fewest")
+    assert (second.bad_if, second.reference, second.reference_release, second.rows) == \
+        ("cosine<0.99", None, "1.23.2", "all")
+    assert first.name.endswith("/cosine<0.99 vs y.npz/rows=fewest/bisect"), first.name
+
+
+def test_a_file_without_the_new_keys_keeps_its_cells_keys(tiny):
+    """The keys name the run documents of every night before (cells/<key>.json): a file that names no
+    provider, reference or rows keeps them (these are the keys of the format before those keys)."""
+    path = tiny / "old.toml"
+    path.write_text('mode = ["bisect", "sweep"]\nreleases = { since = "1.19.0" }\npython = "3.11"\n'
+                    'bad_if = "max-abs>1e4"\n[[models]]\nname = "gemma-tiny-fused"\n[[targets]]\narch = "x86_64"\n'
+                    '[[options]]\n[[options]]\ngraph_optimization_level = "disable"\n')
+    assert [c.key for c in matrix.load(path).cells] == ["d0c7dbf399", "68fe3a6832", "e52248fd39", "d235643afc"]
+
+
+def _without_a_gpu(tmp_path: Path, how: str) -> dict:
+    """The environment of a host without a usable NVIDIA GPU: nvidia-smi absent from PATH, or there and failing
+    as it does where the tool is installed and no driver answers."""
+    dirs = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d and not (Path(d) / "nvidia-smi").exists()]
+    if how == "failing":
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        smi = bin_dir / "nvidia-smi"
+        smi.write_text("#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
+                       "driver.\"\nexit 9\n")
+        smi.chmod(0o755)
+        dirs.insert(0, str(bin_dir))
+    return {"PATH": os.pathsep.join(dirs)}
+
+
+@pytest.mark.parametrize("how, why", [
+    ("absent", "no NVIDIA GPU is visible (nvidia-smi is not installed)"),
+    ("failing", "no NVIDIA GPU is visible (nvidia-smi exited with status 9: NVIDIA-SMI has failed because it "
+                "couldn't communicate with the NVIDIA driver.)"),
+])
+def test_a_cuda_cell_without_a_gpu_is_skipped_with_why_and_the_matrix_does_not_fail(tiny, cache_dir, tmp_path, how,
+                                                                                     why):
+    """Nothing is installed or probed; each CUDA cell's run document says `skipped` and why, the matrix exits 0
+    and the dashboard shows each cell as its own row, skipped with the reason."""
+    path = provider_matrix(tiny, "", "", '[[providers]]\npackage = "onnxruntime-gpu"\nep = "CUDAExecutionProvider"\n'
+                                         '[[providers]]\npackage = "onnxruntime-gpu"\nep = "cuda"\n'
+                                         'ep_options = { device_id = "0" }\n', name=f"cuda-{how}")
+    results, env = tmp_path / "results", _without_a_gpu(tmp_path, how)
+    gpu_envs = set((cache_dir / "envs").glob("*/onnxruntime-gpu-*"))
+    r = ob("matrix", "run", path, "--cache-dir", cache_dir, "--results-dir", results, "--json", env=env)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["failed"] == [] and [s["cell"] for s in doc["skipped"]] == [0, 1]
+    assert {s["why"] for s in doc["skipped"]} == {why}
+    assert [(c["status"], c["skipped"], c["probes"]) for c in doc["cells"]] == [("skipped", why, [])] * 2
+    assert r.stderr.count(f"skipped: {why}") == 2, r.stderr
+    for cell in doc["cells"]:
+        run_dir = results / cell["run_id"]
+        assert not (run_dir / "probes.jsonl").exists()  # nothing probed
+        kept = read_cell_document(run_dir / "cells" / f"{cell['cell']['key']}.json").raw  # the harness's reader ...
+        jsonschema.Draft202012Validator(json.loads((SCHEMA / "cell-document.v1.json").read_text())).validate(kept)
+        assert (kept["status"], kept["skipped"], kept["cell"]["package"], kept["cell"]["ep"]) == \
+            ("skipped", why, "onnxruntime-gpu", "cuda")
+    assert set((cache_dir / "envs").glob("*/onnxruntime-gpu-*")) == gpu_envs  # no environment of it was made
+    one = ob("matrix", "run", path, "--cell", "1", "--cache-dir", cache_dir, "--results-dir", results, env=env)
+    assert one.returncode == 0 and "0 cells run, 1 skipped, 0 not run" in one.stdout, (one.stdout, one.stderr)
+
+    site = tmp_path / "site"
+    page = ob("dashboard", results, "-o", site)
+    assert page.returncode == 0, page.stderr
+    grid = json.loads((site / "dashboard.json").read_text())
+    assert sorted(g["skipped"] for g in grid.values()) == [why, why]
+    text = (site / "index.html").read_text()
+    rows = re.findall(r'<tr class="row".*?</tr>', text, re.S)
+    assert len(rows) == 2, rows
+    for row in rows:
+        assert "onnxruntime-gpu:cuda" in row and f"<b>skipped</b>: {html.escape(why)}" in row, row
+    assert any("device_id=0" in row for row in rows)
 
 
 # -- history: newest record wins, --refresh appends, merge ----------------------------------
@@ -335,3 +537,73 @@ def test_merge_of_per_cell_results_equals_one_run_of_both(tiny, cache_dir, tmp_p
     # pandas reads the whole history in one call
     frame = history.history_frame(merged)
     assert set(frame["verdict"]) == {"good", "bad"} and frame["newest"].all()
+
+
+@pytest.mark.release
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="onnxruntime-openvino publishes x86_64 wheels only")
+def test_an_openvino_cell_and_an_fp32_cell_end_to_end_then_each_is_its_own_row_on_the_dashboard(cache_dir, tmp_path):
+    """gemma-tiny-fused as it is and against its fp32 version, on the CPU provider and on OpenVINO (2 releases
+    each): each cell searched as `bisect run` searches it, into the run of its package and provider, and a row of
+    its own; the fp32 probes a reference cell adds to a run are not the plain cell's verdicts."""
+    path = tmp_path / "shipped.toml"
+    path.write_text('mode = "bisect"\nreleases = { from = "1.19.2", to = "1.20.0" }\n[[models]]\nname = "gemma-tiny-fused"\n'
+                    '[[models]]\nname = "gemma-tiny-fused"\nreference = "fp32"\nbad_if = "cosine<0.999"\n'
+                    '[[targets]]\narch = "x86_64"\n'
+                    '[[providers]]\npackage = "onnxruntime"\n'
+                    '[[providers]]\nname = "openvino-cpu"\npackage = "onnxruntime-openvino"\n'
+                    'ep = "OpenVINOExecutionProvider"\nep_options = { device_type = "CPU" }\n'
+                    'releases = { from = "1.23.0", to = "1.24.1" }\n')
+    results = tmp_path / "results"
+    t0 = time.perf_counter()
+    doc = run_matrix(path, cache_dir, results)
+    plain, plain_ov, cpu, ov = doc["cells"]
+    assert doc["skipped"] == [] and doc["failed"] == []
+    assert (plain["last_good"], plain["first_bad"], plain["reference"]) == ("1.19.2", "1.20.0", None)
+    assert plain["run_id"] == cpu["run_id"] and plain_ov["run_id"] == ov["run_id"]  # one run, two questions
+    assert cpu["reference"]["kind"] == "fp32" and cpu["predicate"] == "cosine<0.999"
+    assert {p["version"]: p["verdict"] for p in cpu["probes"]} == {"1.19.2": "good", "1.20.0": "bad"}
+    assert (cpu["last_good"], cpu["first_bad"]) == ("1.19.2", "1.20.0")  # NaN rows from 1.20.0: cosine -1
+    assert ov["releases"] == ["1.23.0", "1.24.1"] and ov["reference"]["kind"] == "fp32"
+    assert ov["run_id"] != cpu["run_id"] and "onnxruntime-openvino-openvino" in ov["run_id"]
+    own = [r for r in RunStore(results / ov["run_id"]).records() if not r.get("series")]
+    assert sorted(r["version"] for r in own) == ["1.23.0", "1.24.1"]
+    for rec in own:  # what `bisect run --package onnxruntime-openvino --ep openvino --ep-option device_type=CPU` records
+        assert (rec["provenance"]["package"], rec["provenance"]["ep"], rec["provenance"]["ep_options"]) == \
+            ("onnxruntime-openvino", "openvino", {"device_type": "CPU"})
+        assert rec["providers"]["requested"] == "OpenVINOExecutionProvider"
+    print(f"\nmatrix (plain, fp32) x (cpu, openvino) x 2 releases: {time.perf_counter() - t0:.1f} s; openvino verdicts "
+          + ", ".join(f"{p['version']} {p['verdict']} ({p.get('why')})" for p in ov["probes"]))
+
+    site = tmp_path / "site"
+    r = ob("dashboard", results, "-o", site)
+    assert r.returncode == 0, r.stderr
+    rows = {re.sub(r"<[^>]+>", " ", re.search(r'<th class="target" scope="row">(.*?)</th>', row).group(1)): row
+            for row in re.findall(r'<tr class="row".*?</tr>', (site / "index.html").read_text(), re.S)}
+    labels = sorted(html.unescape(label) for label in rows)
+    openvino = " gemma-tiny-fused x86_64 · uv · onnxruntime-openvino:openvino device_type=CPU · py3.11"
+    assert labels == [openvino, f"{openvino} · bad if cosine<0.999 vs fp32", " gemma-tiny-fused x86_64 · uv · py3.11",
+                      " gemma-tiny-fused x86_64 · uv · py3.11 · bad if cosine<0.999 vs fp32"], labels
+    for label, row in rows.items():
+        if "openvino" not in label:  # both questions of the CPU run: good at 1.19.2, bad from 1.20.0
+            assert 'data-first-bad="1.20.0"' in row, label
+
+
+@pytest.mark.release
+def test_a_fewest_rows_cell_is_the_search_of_run_rows_fewest(bisect, cache_dir, tmp_path):
+    """rows = "fewest" searches as `bisect run --rows fewest` does, into the same run; --refresh, which that search
+    cannot honour on its row subsets, is refused before any probe."""
+    path = tmp_path / "fewest.toml"
+    path.write_text('releases = { from = "1.19.2", to = "1.20.0" }\nrows = "fewest"\n[[models]]\nname = "gemma-tiny-fused"\n'
+                    f'[[targets]]\narch = "{NATIVE}"\n')
+    results = tmp_path / "results"
+    line = one_line_error(ob("matrix", "run", path, "--refresh", "--cache-dir", cache_dir, "--results-dir", results))
+    assert "--refresh: cell 0 searches on the fewest rows" in line and not results.exists(), line
+    (doc,) = run_matrix(path, cache_dir, results)["cells"]
+    assert (doc["last_good"], doc["first_bad"], doc["rows"]["strategy"]) == ("1.19.2", "1.20.0", "fewest")
+    assert [s["rows"] for s in doc["rows"]["searches"]] == [[12]]  # the longest row decides, as for `run`
+    kept = read_cell_document(results / doc["run_id"] / "cells" / f"{doc['cell']['key']}.json").raw
+    assert kept["rows"] == doc["rows"] and kept["matrix"]["name"] == "fewest"
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--rows", "fewest", "--json",
+               results=results)
+    assert r.returncode == 0, r.stderr
+    assert r.json()["run_id"] == doc["run_id"] and r.json()["rows"]["searches"] == doc["rows"]["searches"]

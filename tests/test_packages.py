@@ -172,6 +172,8 @@ def refused(r) -> str:
     (["--find-links", "/nonexistent/wheels"], "--find-links /nonexistent/wheels: no such directory"),
     (["--index-url", "file:///nonexistent/simple"], "--index-url file:///nonexistent/simple: no such directory"),
     (["--ep-option", "precision"], "Invalid value for '--ep-option': 'precision': expected KEY=VALUE"),
+    (["--ep-option", "device_type=CPU"], "--ep-option device_type=CPU: the CPU provider takes no provider options "
+                                         "(onnxruntime runs cpu; options are for another provider)"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
 def test_a_package_the_harness_cannot_run_is_refused_before_anything(cli, model, tmp_path, argv, message):
     cache, results = tmp_path / "cache", tmp_path / "res"

@@ -21,7 +21,7 @@ from harness.commands.common import (
 
 @click.group("matrix")
 def command():
-    """Many searches from one TOML file (matrices/*.toml): models x targets x options x modes."""
+    """Many searches from one TOML file (matrices/*.toml): models x targets x providers x options x modes."""
 
 
 @command.command("cells")
@@ -59,33 +59,38 @@ def cells(matrix_file, as_json):
                    "that found a boundary; the dashboard links to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
 def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, report, as_json):
-    """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused."""
+    """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused. A cell whose provider
+    needs a device this host lacks (CUDA without a GPU) is skipped with the reason, not failed."""
     from harness.errors import EnvironmentSkip, UsageError
-    from harness.nightly.matrix import check_cell, load, resolve_range, run_cell, select
+    from harness.nightly.cells import check_cell, listings, run_cell, select, skip_cell
+    from harness.nightly.matrix import load, resolve_range
     from harness.report.terminal import ProbeLines
-    from harness.request import release_listing
 
     m = load(matrix_file)
     chosen = select(m, tuple(cell))
-    listing = release_listing(cache_dir, offline)
+    listing = listings(chosen, cache_dir, offline)
     for c in chosen:  # an empty range is a mistake in the file: refuse before any probe
-        resolve_range(c.releases, listing)
-    docs, failed, ready = [], [], []
+        resolve_range(c.releases, listing[c.package])
+    docs, failed, ready, skips = [], [], [], []
     for c in chosen:  # every cell's request is checked before the first probe of any
         try:
-            check_cell(c, listing, cache_dir, results_dir, offline)
-            ready.append(c)
+            ready.append((c, check_cell(c, listing[c.package], cache_dir, results_dir, offline, refresh)))
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise
             failed.append({"cell": c.index, "name": c.name, "error": str(exc)})
             err.print(f"[red]cell {c.index} not run:[/] {escape(str(exc))}")
-    for c in ready:
+    for c, why in ready:
         err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
+        if why:  # this host cannot run it (no GPU for CUDA): its run document says why, for the dashboard
+            docs.append(skip_cell(m, c, why, cache_dir, results_dir, offline, listing[c.package], sys.argv).doc)
+            skips.append({"cell": c.index, "name": c.name, "why": why})
+            err.print(f"  [yellow]skipped:[/] {escape(why)}")
+            continue
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
                            observer=ProbeLines(err, f"  [{c.index}]", spinner=False),
-                           log=log_to_stderr, listing=listing, command=sys.argv)
+                           log=log_to_stderr, listing=listing[c.package], command=sys.argv)
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise
@@ -102,7 +107,8 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
                                  log=log_to_stderr)
             err.print(f"  [dim]report: {escape(str(upstream.save(results_dir / res.run_id, doc)))}[/]")
     if as_json:
-        click.echo(json.dumps({"matrix": str(matrix_file), "cells": docs, "failed": failed}))
+        click.echo(json.dumps({"matrix": str(matrix_file), "cells": docs, "skipped": skips, "failed": failed}))
     else:
-        out.print(f"{len(docs)} cells run, {len(failed)} not run; results in {escape(str(results_dir))}")
-    return 1 if failed else 0
+        out.print(f"{len(docs) - len(skips)} cells run, {len(skips)} skipped, {len(failed)} not run; results in "
+                  f"{escape(str(results_dir))}")
+    return 1 if failed else 0  # a skipped cell is no failure: this host cannot run it

@@ -1,12 +1,14 @@
 """Matrices: many searches described in one TOML file, run cell by cell.
 
 A matrix file names models, a release range, targets (arch, backend, CPU
-models), session option sets and a mode; its cells are the product
+models), the packages and execution providers to probe, session option sets,
+the question (predicate, reference, rows) and a mode; its cells are the product
 
-    models x targets x cpus x option sets x modes
+    models x targets x cpus x providers x option sets x modes
 
 and each cell is one search over the range, run with the machinery of
-`bisect run` / `bisect sweep` (harness.plan.make_plan + harness.driver.Driver).
+`bisect run` / `bisect sweep` (harness.request.check, harness.plan.make_plan,
+harness.session.run_search; `rows = "fewest"`: harness.triage.rows.search).
 Cells are numbered in file order, so `--cell N` means the same cell on every
 machine that reads the same file (the nightly CI job matrix relies on it).
 
@@ -14,7 +16,10 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     mode = "sweep"                        # bisect | sweep, or a list of both
     releases = { since = "1.19.0" }       # every release >= 1.19.0, newest included (re-read each run)
     # releases = { from = "1.22.1", to = "1.25.1" }
-    bad_if = "nan-or-inf"                 # optional, as --bad-if
+    bad_if = "nan-or-inf"                 # optional, as --bad-if: "cosine<0.999", "rel-diff>1e-2" compare ...
+    reference = "fp32"                    # ... with a reference: fp32, or a .npz file (relative to the matrix file)
+    # reference_release = "1.23.2"        # ... or the outputs of a release (--reference-release)
+    rows = "fewest"                       # optional, as --rows: all | fewest (mode bisect only)
     timeout = 600                         # optional, seconds per probe (default: as --timeout's)
     python = "3.11"                       # optional, Python of the probe environments (MAJOR.MINOR)
 
@@ -23,30 +28,45 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     [[models]]
     path = "models/mine.onnx"             # ... or a file (relative to the matrix file)
     inputs = "models/batch.npz"           # optional; outputs = ["y"] optional
+    bad_if = "cosine<0.999"               # optional: the model's own bad_if, reference or reference_release,
+    reference = "fp32"                    #   rows win over the matrix's (its reference replaces both of them)
 
     [[targets]]
     arch = "aarch64"
     backend = "qemu"                      # optional: auto | uv | qemu | docker
     cpus = ["neoverse-n1", "cortex-a72"]  # optional: one cell per CPU model
 
+    [[providers]]                         # optional: one cell per entry (default: onnxruntime on the CPU provider)
+    package = "onnxruntime-openvino"      # as --package: onnxruntime | onnxruntime-openvino | onnxruntime-gpu
+    ep = "openvino"                       # as --ep (cpu, openvino, cuda) or onnxruntime's OpenVINOExecutionProvider
+    ep_options = { device_type = "CPU" }  # optional, as --ep-option KEY=VALUE (not for the CPU provider)
+    name = "openvino-cpu"                 # optional: the cell's label
+    releases = { from = "1.23.0", to = "1.24.1" }  # optional: the package's own range (it ships other releases)
+
     [[options]]                           # optional: one cell per set (default: onnxruntime's defaults)
     graph_optimization_level = "all"      # disable | basic | extended | layout | all
     intra_op_num_threads = 1
     execution_mode = "sequential"         # sequential | parallel
 
-Validation errors are harness.errors.UsageError (one line, exit status 2).
-Targets are checked by the rules `bisect run` applies on the machine that
-reads the file (harness.runners.check_target): e.g. `cpus` on a target that
-runs natively there is refused, as `--cpu` would be. A file's `outputs` are
+Validation errors are harness.errors.UsageError (one line, exit status 2),
+naming the file and the table. Every value is checked by the functions that
+check `bisect run`'s flags (harness.request: the package and provider, the
+predicate and its reference, --timeout, --python; harness.triage.rows.check:
+`rows`); targets by the rules `bisect run` applies on the machine that reads
+the file (harness.runners.check_target): e.g. `cpus` on a target that runs
+natively there is refused, as `--cpu` would be. A file's `outputs` are
 checked against the graph's; a registered model's are checked when its cell
 runs (`Matrix.notes` says so). Two cells that ask the same search (an arch
-and its alias, a model listed twice) are refused.
+and its alias, a model or a provider listed twice) are refused.
+
+Running the cells, and skipping those whose device is missing here: harness.nightly.cells.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 import tomllib
 from dataclasses import asdict, dataclass, field
@@ -55,18 +75,33 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
+from harness.releases.packages import Package
 from harness.runners import AUTO, BACKENDS, check_target
-from harness.vocabulary import EXEC_MODES, GRAPH_LEVELS
+from harness.vocabulary import (
+    DEFAULT_EP,
+    DEFAULT_PACKAGE,
+    EXEC_MODES,
+    GRAPH_LEVELS,
+    PROVIDERS,
+)
 
-TOP_KEYS = {"description", "mode", "releases", "bad_if", "timeout", "python", "models", "targets", "options"}
-MODEL_KEYS = {"name", "path", "inputs", "outputs"}
+QUESTION_KEYS = {"bad_if", "reference", "reference_release", "rows"}  # at the top, or a model's own
+TOP_KEYS = {"description", "mode", "releases", "timeout", "python", "models", "targets", "providers", "options",
+            *QUESTION_KEYS}
+MODEL_KEYS = {"name", "path", "inputs", "outputs", *QUESTION_KEYS}
 TARGET_KEYS = {"arch", "backend", "cpu", "cpus"}
+PROVIDER_KEYS = {"package", "ep", "ep_options", "name", "releases"}
 RANGE_KEYS = {"since", "from", "to"}
 OPTION_KEYS = {"graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode"}
 MODES = ("bisect", "sweep")
 ARCHS = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64"}
+EP_WORDS = {name: word for word, name in PROVIDERS.items()}  # CUDAExecutionProvider -> cuda
 # The GitHub-hosted runner that runs an arch natively (the nightly workflow's job matrix).
 RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
+# What a cell adds to its key only when it is not the default, so the cells of files written before these keys
+# keep their keys (and the run documents under cells/ their names).
+CELL_DEFAULTS = {"package": DEFAULT_PACKAGE, "ep": DEFAULT_EP, "ep_options": {}, "reference": None,
+                 "reference_release": None, "rows": "all"}
 
 
 @dataclass(frozen=True)
@@ -84,6 +119,13 @@ class Cell:
     bad_if: str
     timeout: float | None  # None: as --timeout's default
     python: str
+    package: str = DEFAULT_PACKAGE
+    ep: str = DEFAULT_EP  # the --ep word
+    ep_options: dict = field(default_factory=dict)
+    provider: str | None = None  # the [[providers]] entry's name: a label, no part of the search
+    reference: str | None = None  # "fp32", or an absolute path to an .npz file
+    reference_release: str | None = None
+    rows: str = "all"  # all | fewest
 
     @property
     def model_label(self) -> str:
@@ -91,17 +133,43 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """Short stable digest of what the cell asks (not of its position in the file)."""
-        doc = {k: v for k, v in asdict(self).items() if k != "index"}
+        """Short stable digest of what the cell asks (not of its position in the file, nor of its labels)."""
+        doc = {k: v for k, v in asdict(self).items()
+               if k not in ("index", "provider") and not (k in CELL_DEFAULTS and v == CELL_DEFAULTS[k])}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+    def package_of(self) -> Package:
+        """The package and provider its probes install and run on (as --package, --ep, --ep-option give them)."""
+        return Package(name=self.package, ep=self.ep, ep_options=tuple(sorted(self.ep_options.items())))
+
+    @property
+    def provider_label(self) -> str | None:
+        """The entry's name, else PACKAGE:EP and its options; None for the default package on the CPU provider."""
+        pkg = self.package_of()
+        if self.provider or pkg.is_default:
+            return self.provider
+        return pkg.label + "".join(f" {k}={v}" for k, v in pkg.ep_options)
+
+    @property
+    def reference_label(self) -> str | None:
+        """fp32, the reference release, or the reference file's name."""
+        if self.reference_release:
+            return self.reference_release
+        return self.reference if self.reference in (None, "fp32") else Path(self.reference).name
 
     @property
     def name(self) -> str:
         parts = [self.model_label, self.arch, self.backend]
         if self.cpu:
             parts.append(self.cpu)
+        if self.provider_label:
+            parts.append(self.provider_label)
         if self.options:
             parts.append(",".join(f"{k}={v}" for k, v in sorted(self.options.items())))
+        if self.bad_if != "nan-or-inf" or self.reference_label:
+            parts.append(f"{self.bad_if}" + (f" vs {self.reference_label}" if self.reference_label else ""))
+        if self.rows != "all":
+            parts.append(f"rows={self.rows}")
         parts.append(self.mode)
         return "/".join(parts)
 
@@ -122,6 +190,15 @@ class Matrix:
     @property
     def name(self) -> str:
         return self.path.stem
+
+
+_FLAGS = re.compile(r"--(bad-if|reference-release|reference|package|ep-option|ep|rows|timeout|python)\b")
+
+
+def _as_keys(exc: UsageError) -> str:
+    """A refusal of `bisect run`'s checks, its flags spelt as the file's keys (--ep-option: ep_options)."""
+    keys = {"ep-option": "ep_options"}
+    return _FLAGS.sub(lambda m: keys.get(m.group(1), m.group(1).replace("-", "_")), str(exc))
 
 
 def _fail(path: Path, msg: str):
@@ -151,7 +228,7 @@ def _list_of(path: Path, where: str, value, kind) -> list:
     return items
 
 
-def _models(path: Path, entries, notes: list[str]) -> list[tuple[str, str | None, tuple[str, ...]]]:
+def _models(path: Path, entries, notes: list[str]) -> list[tuple[str, str | None, tuple[str, ...], dict]]:
     from harness.models import registry as models_mod
 
     if not isinstance(entries, list) or not entries:
@@ -181,7 +258,7 @@ def _models(path: Path, entries, notes: list[str]) -> list[tuple[str, str | None
         elif outputs:
             notes.append(f"{where} outputs {', '.join(outputs)}: checked when the cell runs (the registered "
                          f"model {model} is not read here)")
-        out.append((model, inputs, outputs))
+        out.append((model, inputs, outputs, {k: entry[k] for k in QUESTION_KEYS if k in entry}))
     return out
 
 
@@ -258,20 +335,85 @@ def _options(path: Path, entries) -> list[dict]:
     return out
 
 
-def _range(path: Path, doc) -> dict:
+def _range(path: Path, doc, where: str = "releases") -> dict:
     if not isinstance(doc, dict):
-        _fail(path, "'releases' must be a table: { since = \"1.19.0\" } or { from = \"1.19.0\", to = \"1.24.1\" }")
-    _check_keys(path, "releases", doc, RANGE_KEYS)
+        _fail(path, f"'{where}' must be a table: {{ since = \"1.19.0\" }} or {{ from = \"1.19.0\", to = \"1.24.1\" }}")
+    _check_keys(path, where, doc, RANGE_KEYS)
     if "since" in doc:
         if "from" in doc or "to" in doc:
-            _fail(path, "releases: give 'since' alone, or 'from' and 'to'")
-        return {"since": _version(path, "releases.since", doc["since"])}
+            _fail(path, f"{where}: give 'since' alone, or 'from' and 'to'")
+        return {"since": _version(path, f"{where}.since", doc["since"])}
     if "from" not in doc or "to" not in doc:
-        _fail(path, "releases: give { since = X } or both 'from' and 'to'")
-    lo, hi = _version(path, "releases.from", doc["from"]), _version(path, "releases.to", doc["to"])
+        _fail(path, f"{where}: give {{ since = X }} or both 'from' and 'to'")
+    lo, hi = _version(path, f"{where}.from", doc["from"]), _version(path, f"{where}.to", doc["to"])
     if Version(lo) > Version(hi):
-        _fail(path, f"releases: empty range ({lo} is after {hi})")
+        _fail(path, f"{where}: empty range ({lo} is after {hi})")
     return {"from": lo, "to": hi}
+
+
+def _providers(path: Path, entries) -> list[tuple[Package, str | None, dict | None]]:
+    """(package, its label, its own range or None) of each [[providers]] entry, checked as --package, --ep and
+    --ep-option are (all but the device: a missing one skips the cell when it runs)."""
+    from harness import request
+
+    if entries is None:
+        return [(Package(), None, None)]
+    if not isinstance(entries, list) or not entries:
+        _fail(path, "'providers' must be a non-empty list of [[providers]] tables (package, ep, ep_options)")
+    out = []
+    for n, entry in enumerate(entries, 1):
+        where = f"[[providers]] #{n}"
+        _check_keys(path, where, entry, PROVIDER_KEYS)
+        for k in ("package", "ep", "name"):
+            if k in entry and (not isinstance(entry[k], str) or not entry[k].strip()):
+                _fail(path, f"{where}: {k} {entry[k]!r}: expected a name such as \"onnxruntime-openvino\"")
+        opts = entry.get("ep_options", {})
+        if not isinstance(opts, dict):
+            _fail(path, f"{where}: ep_options must be a table, e.g. ep_options = {{ device_type = \"CPU\" }}")
+        for k, v in opts.items():  # --ep-option KEY=VALUE: a value is text (a whole number is written as one)
+            if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
+                _fail(path, f"{where}: ep_options.{k} = {v!r}: give the value as a string, e.g. device_type = \"CPU\"")
+        ep = entry.get("ep", DEFAULT_EP).strip()
+        pkg = Package(name=entry.get("package", DEFAULT_PACKAGE).strip(), ep=EP_WORDS.get(ep, ep),
+                      ep_options=tuple(sorted((k, str(v).strip()) for k, v in opts.items())))
+        try:
+            request.package(pkg, device=False)
+        except UsageError as exc:
+            _fail(path, f"{where}: {_as_keys(exc)}")
+        own = _range(path, entry["releases"], f"{where} releases") if "releases" in entry else None
+        out.append((pkg, entry.get("name"), own))
+    return out
+
+
+def _question(path: Path, where: str, asked: dict, modes: list[str]) -> tuple[str, str | None, str | None, str]:
+    """(bad_if, reference, reference_release, rows) of a model's cells, checked as `bisect run` checks
+    --bad-if, --reference, --reference-release and --rows; `where` names the table that asked them."""
+    from harness import request
+    from harness.models.registry import user_file
+    from harness.triage import rows as fewrows
+
+    bad_if = asked.get("bad_if", "nan-or-inf")
+    if not isinstance(bad_if, str):
+        _fail(path, f"{where}: bad_if {bad_if!r}: expected a string such as \"max-abs>1e4\"")
+    reference, release = asked.get("reference"), asked.get("reference_release")
+    rows = asked.get("rows", "all")
+    if release is not None:
+        release = _version(path, f"{where}: reference_release", release)
+    try:
+        if reference is not None:
+            if not isinstance(reference, str) or not reference:
+                raise UsageError(f"--reference {reference!r}: give \"fp32\" or a path to an .npz file")
+            if reference != "fp32":
+                p = Path(reference)
+                reference = str(user_file(p if p.is_absolute() else path.parent / p, "--reference", ".npz").resolve())
+        request.question(bad_if, reference, release)
+        if rows not in fewrows.STRATEGIES:
+            raise UsageError(f"--rows {rows!r} (choose from {', '.join(fewrows.STRATEGIES)})")
+        for mode in modes:
+            fewrows.check("regression", mode == "sweep", rows)
+    except UsageError as exc:
+        _fail(path, f"{where}: {_as_keys(exc)}")
+    return bad_if, reference, release, rows
 
 
 def load(path: Path) -> Matrix:
@@ -284,7 +426,7 @@ def load(path: Path) -> Matrix:
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: not valid TOML ({exc})") from None
     _check_keys(path, "the matrix", doc, TOP_KEYS)
-    for required in ("models", "targets", "releases"):
+    for required in ("models", "targets"):
         if required not in doc:
             _fail(path, f"missing key {required!r}")
     modes = _list_of(path, "mode", doc.get("mode", "bisect"), str)
@@ -293,18 +435,12 @@ def load(path: Path) -> Matrix:
     for m in modes:
         if m not in MODES:
             _fail(path, f"mode {m!r} (choose from {', '.join(MODES)})")
-    bad_if = doc.get("bad_if", "nan-or-inf")
-    if not isinstance(bad_if, str):
-        _fail(path, f"bad_if {bad_if!r}: expected a string such as \"max-abs>1e4\"")
     from harness import request
 
-    try:  # the rules of --bad-if and --timeout, spelt as the file's keys
-        predicate = request.predicate(bad_if)
+    try:  # the rules of --timeout and --python, spelt as the file's keys
         timeout = request.seconds(doc["timeout"], "timeout") if "timeout" in doc else None
     except UsageError as exc:
-        _fail(path, str(exc).replace("--bad-if ", "bad_if ", 1))
-    if predicate.needs_reference:
-        _fail(path, f"bad_if {bad_if!r} needs a reference; matrices support the reference-free predicates only")
+        _fail(path, str(exc))
     python = doc.get("python", f"{sys.version_info.major}.{sys.version_info.minor}")
     if not isinstance(python, str):  # python = 3.10 is the float 3.1
         _fail(path, f"python {python!r}: give the version as a string, e.g. python = \"3.11\"")
@@ -312,21 +448,36 @@ def load(path: Path) -> Matrix:
         python = request.python_version(python, "python")
     except UsageError as exc:
         _fail(path, str(exc))
-    releases = _range(path, doc["releases"])
+    providers = _providers(path, doc.get("providers"))
+    if "releases" not in doc and any(own is None for _, _, own in providers):
+        _fail(path, "missing key 'releases'" + (" (or a range in every [[providers]] entry)" if "providers" in doc
+                                                 else ""))
+    releases = _range(path, doc["releases"]) if "releases" in doc else None
+    top = {k: doc[k] for k in QUESTION_KEYS if k in doc}
     notes: list[str] = []
+    models = _models(path, doc["models"], notes)
+    targets = _targets(path, doc["targets"])
+    option_sets = _options(path, doc.get("options"))
     cells, seen = [], {}
-    for model, inputs, outputs in _models(path, doc["models"], notes):
-        for arch, backend, cpu in _targets(path, doc["targets"]):
-            for opts in _options(path, doc.get("options")):
-                for mode in modes:
-                    cell = Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode, releases,
-                                bad_if, timeout, python)
-                    if cell.key in seen:  # one search twice: an arch and its alias, a model or mode listed twice
-                        _fail(path, f"cells {seen[cell.key]} and {cell.index} are the same search ({cell.name}): "
-                                    "list each model, target (amd64 is x86_64, arm64 is aarch64), option set "
-                                    "and mode once")
-                    seen[cell.key] = cell.index
-                    cells.append(cell)
+    for n, (model, inputs, outputs, own) in enumerate(models, 1):
+        asked = {**top, **own}
+        if "reference" in own or "reference_release" in own:  # a model's reference replaces the matrix's
+            asked = {k: v for k, v in asked.items() if k not in ("reference", "reference_release") or k in own}
+        where = f"[[models]] #{n}" if own else "the matrix"
+        bad_if, reference, reference_release, rows = _question(path, where, asked, modes)
+        for arch, backend, cpu in targets:
+            for pkg, label, own_range in providers:
+                for opts in option_sets:
+                    for mode in modes:
+                        cell = Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode,
+                                    own_range or releases, bad_if, timeout, python, pkg.name, pkg.ep,
+                                    dict(pkg.ep_options), label, reference, reference_release, rows)
+                        if cell.key in seen:  # one search twice: an arch and its alias, a model listed twice, ...
+                            _fail(path, f"cells {seen[cell.key]} and {cell.index} are the same search ({cell.name}): "
+                                        "list each model, target (amd64 is x86_64, arm64 is aarch64), provider, "
+                                        "option set and mode once")
+                        seen[cell.key] = cell.index
+                        cells.append(cell)
     return Matrix(path, str(doc.get("description", "")), cells, notes)
 
 
@@ -345,64 +496,3 @@ def resolve_range(releases_spec: dict, listing: list) -> tuple[str, str]:
     if not picked:
         raise UsageError(f"releases {lo} .. {hi}: empty range (no release of the index in it)")
     return picked[0], picked[-1]
-
-
-def select(matrix: Matrix, cells: tuple[int, ...]) -> list[Cell]:
-    if not cells:
-        return list(matrix.cells)
-    out = []
-    for i in cells:
-        if not 0 <= i < len(matrix.cells):
-            raise UsageError(f"--cell {i}: {matrix.path} has cells 0..{len(matrix.cells) - 1}")
-        out.append(matrix.cells[i])
-    return out
-
-
-# -- running ------------------------------------------------------------------------------
-
-@dataclass
-class CellOutcome:
-    cell: Cell
-    run_id: str
-    doc: dict
-    probed_now: int
-    reused: int
-
-
-def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Path, offline: bool):
-    from harness.request import SearchSpec
-
-    return SearchSpec(
-        model=cell.model, from_=first, to=last, inputs=Path(cell.inputs) if cell.inputs else None,
-        outputs=cell.outputs, arch=cell.arch, backend=cell.backend, cpu=cell.cpu, python=cell.python,
-        cache_dir=cache_dir, offline=offline, results_dir=results_dir, timeout=cell.timeout, bad_if=cell.bad_if,
-        session_options=dict(cell.options), margin=True,  # the dashboard's margin per release
-    )
-
-
-def check_cell(cell: Cell, listing: list, cache_dir: Path, results_dir: Path, offline: bool = False) -> None:
-    """Everything `run_cell` would refuse about the cell, refused now: nothing is provisioned or written."""
-    from harness.request import check
-
-    first, last = resolve_range(cell.releases, listing)
-    check(spec_for(cell, first, last, cache_dir, results_dir, offline))
-
-
-def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, offline: bool = False,
-             refresh: bool = False, jobs: int = 1, observer=None, listing: list | None = None,
-             command: list[str] | None = None, log=lambda msg: None) -> CellOutcome:
-    """One cell, exactly as `bisect run` / `bisect sweep` would search it; returns its summary."""
-    from harness.plan import make_plan
-    from harness.request import release_listing
-    from harness.session import run_search
-
-    if listing is None:
-        listing = release_listing(cache_dir, offline)
-    first, last = resolve_range(cell.releases, listing)
-    plan = make_plan(spec_for(cell, first, last, cache_dir, results_dir, offline), command or sys.argv, log)
-    extra = {"cell": cell.as_json(),
-             "matrix": {"name": matrix.name, "path": str(matrix.path), "description": matrix.description}}
-    found = run_search(plan, sweep=cell.mode == "sweep", observer=observer, jobs=jobs, refresh=refresh,
-                       cell_key=cell.key, extra=extra)
-    reused = sum(1 for p in found.doc["probes"] if p["reused"])
-    return CellOutcome(cell, plan.store.run_id, found.doc, len(found.outcome.probed_now), reused)

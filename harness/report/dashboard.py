@@ -62,6 +62,7 @@ from harness.report.overview import (
     left_out_label,
     left_out_words,
     nights,
+    reference_words,
     runs_of,
     vkey,
 )
@@ -293,7 +294,19 @@ m.addEventListener('change',apply);t.addEventListener('change',apply);apply();})
 
 
 def _row_label(r: Row) -> str:
-    return f"{r.model} · {r.target}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {r.predicate}")
+    return f"{r.model} · {r.target}{_question_words(r)}"
+
+
+def _question_words(r: Row) -> str:
+    """" · bad if cosine<0.999 vs fp32": the row's question, where it is not the default one."""
+    words = "" if r.predicate == "nan-or-inf" else f" · bad if {r.predicate}"
+    ref = reference_words(r.reference)
+    return words + (f" vs {ref}" if ref else "")
+
+
+def _skipped_html(r: Row) -> str:
+    """The boundary column of a row whose newest run document was skipped (a CUDA cell on a host without a GPU)."""
+    return f'<span class="skipped" title="{e(r.skipped)}"><b>skipped</b>: {e(r.skipped)}</span>'
 
 
 def _cell_html(version: str, c: dict | None, row: Row, report_href: str | None) -> str:
@@ -363,6 +376,8 @@ def _margins_html(r: Row, versions: list[str], threshold: float = MARGIN_THRESHO
 
 
 def _boundary_html(r: Row, report_href: str | None) -> str:
+    if r.skipped:
+        return _skipped_html(r)
     if not r.first_bad:
         return "—"
     text = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>"
@@ -399,7 +414,7 @@ def overview_html(rows: list[Row], threshold: float = MARGIN_THRESHOLD) -> str:
         report = _href(base + r.report) if r.report else None
         out.append(f'<tr class="row" data-run="{e(r.run_id)}" data-key="{e(r.key)}" data-model="{e(r.model)}" '
                    f'data-target="{e(r.target)}" data-first-bad="{e(r.first_bad or "")}">')
-        label = f"<b>{e(r.model)}</b>{e(r.target)}" + ("" if r.predicate == "nan-or-inf" else f" · bad if {e(r.predicate)}")
+        label = f"<b>{e(r.model)}</b>{e(r.target)}{e(_question_words(r))}"
         out.append(f'<th class="target" scope="row">{label}</th>')
         out.append(f'<td class="first-bad-col">{_boundary_html(r, report)}</td>')
         out.append(f'<td class="margin">{_margins_html(r, versions, threshold)}</td>')
@@ -618,6 +633,7 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
         write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                         "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
+                        "reference": reference_words(r.reference), "skipped": r.skipped,
                         "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
                         "margins": {v: {k: x if isinstance(x, str) or x is None else _json_number(x)
                                         for k, x in m.items()} for v, m in r.margins.items()},

@@ -1,12 +1,19 @@
-"""What the dashboard shows, as data: one row per (run, predicate) of a results root. Pure of HTML.
+"""What the dashboard shows, as data: one row per (run, question) of a results root. Pure of HTML.
 
 A row is a model on a target (arch, backend, CPU model, package and execution
-providers where the records name them, session options), with per release:
+providers where the records name them, session options) and a question (its
+predicate, and the reference it compares with, when it compares: two
+references are two rows), with per release:
 the verdict of its NEWEST probe record (`history.latest_by_version`, judged by
 `verdicts.judge`), its NaN rows and its graded numbers (`metrics.of_record`:
 fp16 headroom = max |x| / 65504, worst cosine against the run's reference where
 there is one). The first bad release of the row is its boundary; the report of
 the run (`bisect report` writes results/<run>/report.md) is named when present.
+A row whose newest run document says `skipped` (a matrix cell this host could
+not run: CUDA without a GPU) says why (`Row.skipped`). Each release also carries the probe's internal fp16
+margin (`internal_margin`), with the rows close to the ceiling and the margin moves between runs.
+
+This module holds one concept, the dashboard's data: its rows, what changed between runs, the divergences.
 
 `divergences` reads the documents of `bisect compare --from --to` (a run of
 their own each, compare.json, validated by results.store.read_compare_document):
@@ -32,7 +39,7 @@ from packaging.version import InvalidVersion, Version
 from harness.errors import UsageError
 from harness.metrics import of_record
 from harness.results.evidence import EvidenceError, loads
-from harness.results.history import latest_by_version
+from harness.results.history import latest_by_version, own_records
 from harness.results.runs import run_dirs
 from harness.results.store import (
     CELLS,
@@ -79,10 +86,42 @@ class Row:
     margins: dict[str, dict] = field(default_factory=dict)  # version -> {headroom, cosine_min, max_abs} (newest record)
     judged: list[tuple[str, str, str]] = field(default_factory=list)  # (version, finished, verdict) of every record
     report: str | None = None  # file name of the run's upstream report, when `bisect report` wrote one
+    reference: dict | None = None  # what the predicate compares with (kind, id, label), when it compares
 
     @property
     def key(self) -> str:
-        return f"{self.run_id}/{self.predicate}"
+        return f"{self.run_id}/{self.predicate}" + (f"/vs-{self.reference.get('id')}" if self.reference else "")
+
+    @property
+    def skipped(self) -> str | None:
+        """Why its newest run document did not run (a matrix cell skipped on this host), or None."""
+        s = self.summary or {}
+        return str(s.get("skipped") or "a device this host lacks") if s.get("status") == "skipped" else None
+
+
+def reference_words(ref: dict | None) -> str | None:
+    """What a row compares with, in a few words: fp32, a release (1.23.2), a file's name."""
+    if not isinstance(ref, dict):
+        return None
+    ref_id, kind = str(ref.get("id") or ""), ref.get("kind")
+    if kind == "fp32":
+        return "fp32"
+    if kind == "release":
+        return ref_id.removeprefix("release:")
+    if kind == "file":
+        return Path(str(ref.get("path") or ref_id)).name
+    return str(ref.get("label") or ref_id or kind)
+
+
+def question_of(doc: dict) -> tuple[str, str | None]:
+    """(predicate, reference id) of a run document: the rows of a run are its distinct questions; a reference
+    counts only where the predicate compares with one (else its records are judged alike)."""
+    from harness.verdicts import parse_predicate
+
+    predicate = doc.get("predicate") or DEFAULT_PREDICATE
+    ref = doc.get("reference") if isinstance(doc.get("reference"), dict) else None
+    compares = ref is not None and parse_predicate(predicate).needs_reference
+    return predicate, (str(ref.get("id")) if compares else None)
 
 
 def target_of(key: dict, records: list[dict]) -> dict:
@@ -264,19 +303,20 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
             continue
         if evidence.torn:
             warn(f"{evidence.torn}: left out")
-        records = evidence.records
+        records = own_records(evidence.records)  # a reference's or a triage's probes are not the row's releases
         key = man["key"]
         prov = target_of(key, records)
         options = key.get("session_options") or {}
         docs = _cell_docs(d, warn, left_out)
-        predicates = sorted({doc.get("predicate") or DEFAULT_PREDICATE for doc in docs}) or [DEFAULT_PREDICATE]
+        questions = sorted({question_of(doc) for doc in docs}, key=lambda q: (q[0], q[1] or "")) or \
+            [(DEFAULT_PREDICATE, None)]
         headroom = trace_headroom(d)
         newest = latest_by_version(records)
         newest_ids = {id(r) for r in newest.values()}
         margins = {v: margins_of(r) for v, r in newest.items()}
         report = REPORT if (d / REPORT).is_file() else None
-        for predicate in predicates:
-            mine = [doc for doc in docs if (doc.get("predicate") or DEFAULT_PREDICATE) == predicate]
+        for predicate, ref_id in questions:
+            mine = [doc for doc in docs if question_of(doc) == (predicate, ref_id)]
             summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
             judged = _judge(records, predicate, summary)
             cells, first_seen = {}, {}
@@ -298,6 +338,7 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
                       history=sorted(({"version": v, "verdict": vd, "first_seen": t} for (v, vd), t in first_seen.items()),
                                      key=lambda h: (h["first_seen"], vkey(h["version"]))),
                       summary=summary, headroom=headroom, margins=margins, report=report,
+                      reference=(summary or {}).get("reference") if ref_id else None,
                       judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
             row.first_bad, row.last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
             s = row.summary or {}

@@ -94,6 +94,7 @@ CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harn
     "reference": (dict, _NONE), "refresh": (bool,), "cell": (dict,), "matrix": (dict,), "explanation": (dict, str),
     "rows": (dict,), "generated": (str,), "host": (dict,), "harness": (dict,), "question": (dict,),
     "dev_builds": (dict,),  # harness.triage.devbuilds: the builds' boundary between the releases'
+    "skipped": (str,),  # harness.session.skipped: why a matrix cell could not run on its host (status "skipped")
 }
 CELL_QUESTION_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.Question.document
     "predicate": (str,), "reference": (dict, _NONE), "mode": (str,), "range": (list,),

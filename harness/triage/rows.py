@@ -61,9 +61,11 @@ def subset_batch(plan: Plan, arrays: dict[str, np.ndarray], rows: list[int]):
 
 
 def search(spec: SearchSpec, plan: Plan, *, observer: Observer | None = None, jobs: int = 1, prefetch: bool = True,
-           log=None) -> Search:
-    """The boundary of `plan`'s range, found on the fewest rows and verified on the full batch."""
+           log=None, cell_key: str | None = None, extra: dict | None = None) -> Search:
+    """The boundary of `plan`'s range, found on the fewest rows and verified on the full batch; `cell_key` and
+    `extra` name and add to the user's run document as `session.run_search` takes them (a matrix cell)."""
     started = time.perf_counter()
+    kept = {"cell_key": cell_key, "extra": extra}
     say = log or (lambda msg: None)
     old, new = MODES["regression"]
     arrays = inputs.load_npz(plan.job.inputs)
@@ -83,21 +85,21 @@ def search(spec: SearchSpec, plan: Plan, *, observer: Observer | None = None, jo
             continue
         if d["status"] != "found":
             return _full_search(plan, searches, "the rows searched did not bracket a boundary", observer, jobs,
-                                prefetch, log, started, ranked)
+                                prefetch, log, started, ranked, **kept)
         lo, hi = d[f"last_{old}"], d[f"first_{new}"]
         chunks = inputs.length_chunks(arrays)
         say(f"verifying {lo} on every row of the batch: {len(order)} rows in {len(chunks)} probes of similar length")
         held = _every_row(spec, plan, arrays, chunks, lo, observer, jobs)
         bad_at_lo = sorted(set(r for c in held for r in c["bad_rows"]) - set(rows))
         if not bad_at_lo and all(c["verdict"] == old for c in held):
-            return _finish(plan, sub, searches, held, rows, lo, hi, started, ranked)
+            return _finish(plan, sub, searches, held, rows, lo, hi, started, ranked, **kept)
         if bad_at_lo:
             say(f"rows {bad_at_lo} are bad at {lo} already: they flip earlier; searching on them too")
             rows = sorted(set(rows) | set(bad_at_lo), key=order.index)
             continue
         return _full_search(plan, searches, f"the batch's rows at {lo} were " +
                             ", ".join(sorted({c['verdict'] for c in held})), observer, jobs, prefetch,
-                            log, started, ranked)
+                            log, started, ranked, **kept)
 
 
 def _order(plan: Plan, arrays: dict, say) -> tuple[list[int], dict]:
@@ -180,7 +182,7 @@ def _keep(found: Search, searches: list[dict], verified: dict | None, fallback: 
 
 
 def _finish(plan: Plan, sub: Search, searches: list[dict], held: list[dict], rows: list[int], lo: str, hi: str,
-            started: float, ranked: dict) -> Search:
+            started: float, ranked: dict, cell_key: str | None = None, extra: dict | None = None) -> Search:
     """The user's run document: the boundary of the rows searched, held to every row of the batch."""
     i, j = (next(k for k, r in enumerate(plan.releases) if r.version == v) for v in (lo, hi))
     outcome = RunOutcome(plan.releases, Step("found", lo=i, hi=j), sub.outcome.records, sub.outcome.probed_now)
@@ -191,7 +193,8 @@ def _finish(plan: Plan, sub: Search, searches: list[dict], held: list[dict], row
                               "bad_rows": [sorted(rows)[k] for k in inputs.bad_rows(
                                   sub.plan.store.outputs(hi) or {}, list(plan.job.outputs) or None)]},
                 "rows_independent": agree}
-    return _keep(finish(plan, outcome, started), searches, verified, None, started, ranked)
+    return _keep(finish(plan, outcome, started, cell_key=cell_key, extra=extra), searches, verified, None, started,
+                 ranked)
 
 
 def _same_rows(searched: dict, rows: list[int], held: list[dict]) -> dict:
@@ -210,7 +213,7 @@ def _same_rows(searched: dict, rows: list[int], held: list[dict]) -> dict:
 
 
 def _full_search(plan: Plan, searches: list[dict], why: str, observer, jobs, prefetch, log,
-                 started: float, ranked: dict) -> Search:
+                 started: float, ranked: dict, cell_key: str | None = None, extra: dict | None = None) -> Search:
     (log or (lambda msg: None))(f"{why}: searching on the full batch")
-    found = run_search(plan, observer=observer, jobs=jobs, prefetch=prefetch)
+    found = run_search(plan, observer=observer, jobs=jobs, prefetch=prefetch, cell_key=cell_key, extra=extra)
     return _keep(found, searches, None, why, started, ranked)
