@@ -196,6 +196,16 @@ def asked_of_run(store: RunStore, key: str | None = None, bad_if: str | None = N
     return Asked(question, k, said)
 
 
+def asked_with_records(store: RunStore, key: str | None, bad_if: str | None, what: str) -> tuple[Asked, dict[str, dict]]:
+    """The question a reader of a saved run answers (`asked_of_run`) and the run's records judged under it; a
+    UsageError when the run recorded no probe (`what`: the reader's verb, "reduce", "blame")."""
+    asked = asked_of_run(store, key, bad_if)
+    records = judged_for(store, asked.question)
+    if not records:
+        raise UsageError(f"{store.dir.name}: no probes recorded, nothing to {what}")
+    return asked, records
+
+
 def judged_for(store: RunStore, question: Question) -> dict[str, dict]:
     """The run's records judged as `question` asks: its predicate, against its reference."""
     return judged_records(store, question.predicate, restored(question.reference, store))

@@ -323,15 +323,12 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     from harness.releases.versions import parse_version
     from harness.request import release_listing
     from harness.results.store import REDUCED
-    from harness.session import asked_of_run, judged_for, question_pair
+    from harness.session import asked_with_records, question_pair
 
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
-    asked = asked_of_run(store, question, bad_if)
+    asked, records = asked_with_records(store, question, bad_if, "blame")
     q = asked.question
-    records = judged_for(store, q)
-    if not records:
-        raise UsageError(f"{run_dir.name}: no probes recorded, nothing to blame")
     pair = question_pair(records, release_listing(cache_dir, offline), q)
     if pair is None:
         ends = "first good and last bad" if q.mode == "fix" else "last good and first bad"

@@ -470,14 +470,11 @@ def _prepare(run_dir: Path, cache_dir: Path, offline: bool, command: list[str] |
     from harness.reference import FP32, FP32_SERIES, restored
     from harness.request import release_listing
     from harness.results.history import latest_by_version, own_records
-    from harness.session import asked_of_run, judged_for, question_boundary
+    from harness.session import asked_with_records, question_boundary
 
     store = RunStore(run_dir)
-    asked = asked_of_run(store, key, bad_if)
+    asked, records = asked_with_records(store, key, bad_if, "reduce")
     q = asked.question
-    records = judged_for(store, q)
-    if not records:
-        raise UsageError(f"{run_dir.name}: no probes recorded, nothing to reduce")
     found = question_boundary(records, release_listing(cache_dir, offline), q)
     if not found.first_bad:
         raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to reduce between "
