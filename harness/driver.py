@@ -62,7 +62,8 @@ class Driver:
         self.predicate = predicate
         self.reference = reference
         self.observer = observer or Silent()
-        self.jobs = max(1, jobs)
+        # a timed probe pins its two workers to one CPU and runs them in turn: one probe at a time
+        self.jobs = 1 if job.timing is not None else max(1, jobs)
         self.prefetch = prefetch
         self._prefetched: set[str] = set()  # installed in the background
         self._started: set[str] = set()  # their workers started early
@@ -198,7 +199,8 @@ class Driver:
 
     def _probe_fp32(self, release: Release) -> tuple[dict, dict[str, np.ndarray] | None]:
         """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
-        job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1, margin=None)
+        job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1, margin=None,
+                                  timing=None)
         rec = self.prober.probe(release, job, series=FP32_SERIES, tags={"reference": self.reference.id}).record
         path = self.store.outputs_path(release.version, FP32_SERIES)
         return rec, (load_outputs(path) if rec["status"] == "ran" else None)

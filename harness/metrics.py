@@ -21,6 +21,8 @@ Everything is a plain float, int or None: a record is JSON.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 FP16_MAX = 65504.0
@@ -132,3 +134,95 @@ def probe_metrics(result: dict | None, outputs: dict[str, np.ndarray] | None = N
 def of_record(record: dict) -> dict:
     """The record's stored metrics, or those its worker result gives (records made before metrics were stored)."""
     return record.get("metrics") or probe_metrics(record.get("result"))
+
+
+# --- time and memory: a probe measured against its baseline, interleaved --------------------------------------
+#
+# A timed probe keeps rounds: in each, the baseline release and the probed one ran the same batch in turn (in two
+# live workers, the order alternating), each many times. Runs inside one round share whatever the machine was
+# doing then, so the round is the unit: its ratio of medians (candidate / baseline) is one paired sample, and the
+# interval is the sign test's distribution-free interval for the median of those samples (order statistics; no
+# assumption that latencies are normal or that runs are independent).
+
+CONFIDENCE = 0.95
+MAX_ROUNDS = 500  # what a record may hold and still be read (the harness writes at most TimingJob.max_rounds)
+MAX_RUNS = 20000  # latencies per side of one round
+
+
+def _positive_numbers(xs, limit: int) -> list[float] | None:
+    """The list when it is one of at most `limit` finite positive numbers (read from a record: untrusted)."""
+    if not isinstance(xs, list) or not xs or len(xs) > limit:
+        return None
+    if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in xs):
+        return None
+    return [float(x) for x in xs]
+
+
+def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
+    """(low, high, coverage) of the sign test's interval for the median of `samples`, or None when there are too
+    few for `confidence` (six at 95%: the smallest and largest of six cover the median 96.9% of the time)."""
+    x = sorted(samples)
+    n = len(x)
+    k, below, coverage = 0, 0.0, 0.0
+    for j in range(n):
+        below += math.comb(n, j) / 2.0 ** n  # P(at most j samples under the median)
+        if 2 * below > 1 - confidence:
+            break
+        k, coverage = j + 1, 1 - 2 * below
+    if k == 0:
+        return None
+    return x[k - 1], x[n - k], coverage
+
+
+def _ratio_stats(pairs: list[tuple[float, float]]) -> dict:
+    ratios = [c / b for b, c in pairs]
+    interval = median_interval(ratios)
+    return {"ratio": float(np.median(ratios)) if ratios else None, "low": interval[0] if interval else None,
+            "high": interval[1] if interval else None, "coverage": interval[2] if interval else None,
+            "rounds": len(ratios)}
+
+
+def timing_summary(timing) -> dict | None:
+    """What a timed probe measured: the latency ratio (candidate / baseline, median over rounds of each round's
+    ratio of medians) with its interval, the runs behind it, the medians of each side; the same for peak memory
+    where each round ran in fresh processes. None when `timing` holds no round that can be read."""
+    if not isinstance(timing, dict) or not isinstance(timing.get("rounds"), list):
+        return None
+    lat: list[tuple[float, float]] = []
+    rss: list[tuple[float, float]] = []
+    base_all: list[float] = []
+    cand_all: list[float] = []
+    for rnd in timing["rounds"][:MAX_ROUNDS]:
+        if not isinstance(rnd, dict):
+            continue
+        b, c = _positive_numbers(rnd.get("baseline_s"), MAX_RUNS), _positive_numbers(rnd.get("candidate_s"), MAX_RUNS)
+        if b and c:
+            lat.append((float(np.median(b)), float(np.median(c))))
+            base_all += b
+            cand_all += c
+        mem = _positive_numbers([rnd.get("baseline_rss_mb"), rnd.get("candidate_rss_mb")], 2)
+        if mem:
+            rss.append((mem[0], mem[1]))
+    if not lat and not rss:
+        return None
+    doc = {**_ratio_stats(lat), "runs": len(cand_all), "baseline_runs": len(base_all),
+           "baseline_median_s": float(np.median(base_all)) if base_all else None,
+           "candidate_median_s": float(np.median(cand_all)) if cand_all else None,
+           "baseline": timing.get("baseline") if isinstance(timing.get("baseline"), str) else None}
+    mem_stats = _ratio_stats(rss)
+    doc.update({f"rss_{k}": v for k, v in mem_stats.items()})
+    doc["baseline_rss_mb"] = float(np.median([b for b, _ in rss])) if rss else None
+    doc["candidate_rss_mb"] = float(np.median([c for _, c in rss])) if rss else None
+    return doc
+
+
+def timing_decided(summary: dict | None, bounds: tuple[tuple[str, float], ...]) -> bool:
+    """Whether every (kind, bound) of a slowdown question has its interval clear of the bound."""
+    if summary is None:
+        return False
+    for kind, bound in bounds:
+        low, high = (summary.get("low"), summary.get("high")) if kind == "slower" else \
+            (summary.get("rss_low"), summary.get("rss_high"))
+        if low is None or not (low > bound or high < bound):
+            return False
+    return True

@@ -9,6 +9,7 @@ opened under the run's key.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 from harness import request
 from harness.errors import UsageError
 from harness.models.fp32 import fp32_model
-from harness.probe import MarginJob, ProbeJob, default_timeout
+from harness.probe import MarginJob, ProbeJob, TimingJob, default_timeout
 from harness.reference import FP32, Reference, from_fp32
 from harness.releases.packages import of_key
 from harness.releases.versions import Release
@@ -24,7 +25,7 @@ from harness.request import ProbeInputs, SearchSpec
 from harness.results.store import MANIFEST, RunStore, run_id_for
 from harness.runners import Log, Runner, quiet
 from harness.summary import Question
-from harness.verdicts import Predicate
+from harness.verdicts import Predicate, parse_predicate
 
 
 @dataclass
@@ -46,6 +47,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     one provisions nothing and leaves the results directory as it was;
     `dump` and `nodes` are tensor and node names the command will use.
     """
+    spec = timed_spec(spec)
     req = request.check(spec, dump=dump, nodes=nodes)
     runner, pi, reference = req.runner, req.probe_inputs, req.reference
     if reference is not None and reference.kind == FP32 and reference.model is None:  # made here, not when checked
@@ -57,8 +59,38 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
         weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
         timeout = default_timeout(weights, runner.emulates(runner.target.arch))
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
-                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None)
+                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None,
+                   timing_job(spec, req))
     return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
+
+
+def timed_spec(spec: SearchSpec) -> SearchSpec:
+    """A slowdown question runs on one intra-op thread unless --threads says otherwise (said in each record):
+    a thread pool on a shared machine measures the neighbours more than the release."""
+    try:
+        timed = parse_predicate(spec.bad_if).timed
+    except UsageError:
+        return spec  # the check says what is wrong with it
+    if not timed or "intra_op_num_threads" in spec.session_options:
+        return spec
+    return dataclasses.replace(spec, session_options={**spec.session_options, "intra_op_num_threads": 1})
+
+
+def timing_job(spec: SearchSpec, req: request.Request) -> TimingJob | None:
+    """What a slowdown question measures each probe against: --reference-release, else the range's good end."""
+    timed = req.predicate.timed
+    if not timed:
+        return None
+    if req.reference is not None and req.reference.kind == "release":
+        baseline = req.reference.release
+    else:
+        baseline = req.releases[-1] if spec.mode == "fix" else req.releases[0]
+    try:
+        pin = max(os.sched_getaffinity(0))  # the last CPU: the one an OS gives other work last
+    except (AttributeError, OSError, ValueError):
+        pin = None
+    return TimingJob(baseline, tuple((c.kind, c.bound) for c in timed), budget_s=spec.time_budget,
+                     fresh_processes=any(c.kind == "rss" for c in timed), pin_cpu=pin)
 
 
 def open_store(spec: SearchSpec, req: request.Request, command: list[str] | None = None) -> RunStore:

@@ -57,6 +57,30 @@ class ProbeJob:
     repeat: int = 1  # identical runs (fresh processes) whose outputs must agree bit for bit
     memory_limit_mb: int | None = None  # the worker's address-space cap
     margin: MarginJob | None = None  # the fp16 tensors watched, read in a second session after the verdict's
+    timing: TimingJob | None = None  # time (and memory) against a baseline release, interleaved
+
+
+@dataclass(frozen=True)
+class TimingJob:
+    """A slowdown question's measurement: after the probe's own run, rounds in which the baseline release and the
+    probed one run the batch in turn, in two live workers pinned to one CPU (the order alternating, so that a
+    noisy neighbour hits both): `min_rounds` always, then more until every bound's interval is clear of it or
+    `budget_s` is spent.
+
+    `fresh_processes` (a memory question): each round's two runs are new processes, so that each one's peak
+    resident memory is that round's."""
+
+    baseline: Release
+    bounds: tuple[tuple[str, float], ...]  # (slower | rss, bound)
+    budget_s: float = 60.0
+    warmup: int = 3
+    round_s: float = 0.2  # seconds of runs per side and round (at least runs_min, at most runs_max runs)
+    runs_min: int = 3
+    runs_max: int = 400
+    min_rounds: int = 6  # the fewest that give the median a 95% interval
+    max_rounds: int = 60
+    fresh_processes: bool = False
+    pin_cpu: int | None = None
 
 
 @dataclass(frozen=True)
@@ -279,6 +303,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
     )
     if job.margin is not None and status != "skip":
         record["margin"] = _margin(job, out.result, workdir / "optimized" / "optimized.onnx")
+    if job.timing is not None and status == "ran":
+        record["timing"] = timed_rounds(runner, release, env, job, request, workdir / "timing")
+        record["seconds"] += record["timing"].get("seconds") or 0.0
     # a fallback's outputs are not the provider's: a skipped probe keeps none
     if outputs_path and status != "skip" and (workdir / "outputs.npz").exists():
         try:
@@ -287,6 +314,65 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
             record["outputs_saved"] = f"not saved: {exc.strerror or exc}"
     shutil.rmtree(workdir, ignore_errors=True)
     return record
+
+
+def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJob, request: dict,
+                 workdir: Path) -> dict:
+    """The interleaved rounds of a timed probe (TimingJob): every run's latency of both sides kept, and each
+    side's peak memory where the rounds ran in fresh processes. A side that stops running ends the rounds (said
+    in `error`); what was measured before is kept."""
+    from harness.metrics import timing_decided, timing_summary
+
+    t = job.timing
+    doc: dict = {"baseline": t.baseline.version, "rounds": [], "threads": job.session_options.get("intra_op_num_threads"),
+                 "pinned_cpu": None, "warmup": t.warmup, "fresh_processes": t.fresh_processes,
+                 "budget_s": t.budget_s, "stopped": "rounds"}
+    if same_release(t.baseline.version, release.version):
+        base_env = env  # the baseline probed: compared with itself (what an A/A comparison is)
+    else:
+        try:
+            base_env = runner.prepare(t.baseline)
+        except EnvironmentSkip as exc:
+            return {**doc, "stopped": "error", "error": f"the baseline {t.baseline.version}: {exc}"}
+    timed = {**request, "outputs_path": None, "margin": None, "hold_dir": None,
+             "timing": {"warmup": t.warmup, "seconds": t.round_s, "runs_min": t.runs_min, "runs_max": t.runs_max,
+                        "pin_cpu": t.pin_cpu},
+             **({"fresh_process": True} if t.fresh_processes else {})}
+    sides = {"baseline": base_env, "candidate": env}
+    t0 = time.perf_counter()
+    try:
+        while True:
+            rnd = {}
+            order = ("baseline", "candidate") if len(doc["rounds"]) % 2 == 0 else ("candidate", "baseline")
+            for side in order:
+                asked = timed if t.fresh_processes else {**timed, "serve_again": side}  # its own worker each
+                out = runner.run(sides[side], asked, workdir / side, job.timeout)
+                status, reason = outcome_status(out)
+                res = out.result or {}
+                if status != "ran" or not isinstance(res.get("timing"), dict):
+                    version = t.baseline.version if side == "baseline" else release.version
+                    doc.update(stopped="error", error=f"the {side} ({version}) stopped running: {reason}")
+                    return doc
+                rnd[f"{side}_s"] = res["timing"].get("latencies_s")
+                rnd[f"{side}_rss_mb"] = res.get("peak_rss_mb") if t.fresh_processes else None
+                doc["pinned_cpu"] = res.get("pinned_cpu")
+            doc["rounds"].append(rnd)
+            if len(doc["rounds"]) < t.min_rounds:
+                continue  # the fewest rounds an interval needs are always run; the budget buys more
+            if timing_decided(timing_summary(doc), t.bounds):
+                doc["stopped"] = "decided"
+                break
+            if time.perf_counter() - t0 >= t.budget_s:
+                doc["stopped"] = "budget"
+                break
+            if len(doc["rounds"]) >= t.max_rounds:
+                break
+    finally:
+        doc["seconds"] = round(time.perf_counter() - t0, 3)
+        if not t.fresh_processes:  # the two workers were kept for the rounds: nothing more is asked of them
+            for side, side_env in sides.items():
+                runner.end_served(side_env, side)
+    return doc
 
 
 def _margin(job: ProbeJob, result: dict | None, optimized_path: Path) -> dict:

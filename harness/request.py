@@ -92,6 +92,8 @@ class SearchSpec:
     package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
     engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
     margin: bool = False  # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices
+    mode: str = "regression"  # which end is good: a slowdown's baseline (without --reference-release)
+    time_budget: float = 60.0  # seconds a timed probe (slower, rss) may spend measuring against its baseline
 
 
 @dataclass
@@ -195,10 +197,6 @@ def pair_ranges(spec: SearchSpec, packages: list[Package]) -> list[list[Release]
     return ranges
 
 
-def package(pkg: Package) -> Package:
-    """The package and provider a request names, checked before anything is listed or installed."""
-
-
 def package(pkg: Package, device: bool = True) -> Package:
     """The package and provider a request names, checked before anything is listed or installed; `device`:
     the device the provider needs must be visible here (`device_missing`)."""
@@ -264,6 +262,8 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     if spec.timeout is not None:
         seconds(spec.timeout)
     pred = question(spec.bad_if, spec.reference, spec.reference_release)
+    if pred.timed:
+        seconds(spec.time_budget, "--time-budget")
 
     package(spec.package, device)
     python_version(spec.python)

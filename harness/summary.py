@@ -90,7 +90,9 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
             "verdict": rec["verdict"],
             "why": rec.get("why"),
             "decided_by": rec.get("decided_by") or [],
-            "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max", "abs_diff_max") if k in m},
+            # timing: the ratio to the baseline, its interval and the runs behind it (slower, rss)
+            "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max", "abs_diff_max",
+                                              "timing") if k in m},
             "nan_rows": rec.get("nan_rows"),
             "inf_rows": rec.get("inf_rows"),
             "rows": rec.get("rows"),

@@ -14,15 +14,19 @@ import numpy as np
 
 from harness.errors import UsageError
 from harness.metrics import (
+    CONFIDENCE,
     FLOORS,
     REL_FLOOR,
     cosine_text,
     floor_key,
     of_record,
     probe_metrics,
+    timing_summary,
 )
 
-VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministic")
+VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministic", "inconclusive")
+#: a slowdown whose interval straddles its bound: stepped around like skip (after the probe re-measured it)
+INCONCLUSIVE = "inconclusive"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,11 @@ class Condition:
         return self.kind in ("rel-diff", "abs-diff", "cosine")
 
     @property
+    def timed(self) -> bool:
+        """Measured against a baseline release, interleaved (time and memory), not from one probe's outputs."""
+        return self.kind in TIMED
+
+    @property
     def rel_floor(self) -> float:
         return REL_FLOOR if self.floor is None else self.floor
 
@@ -60,6 +69,10 @@ class Condition:
                         f"output's largest |r|)) is above {b}",
             "abs-diff": f"the largest absolute difference from {reference} is above {b}",
             "cosine": f"the worst row's cosine with {reference} is below {b}",
+            "slower": f"the median latency is more than {b}x the baseline's (the whole {CONFIDENCE:.0%} interval of "
+                      "the ratio past it)",
+            "rss": f"the worker's peak resident memory is more than {b}x the baseline's (the whole {CONFIDENCE:.0%} "
+                   "interval past it)",
             "error": "the model fails to load or run",
             "crash": "the worker process dies (by a signal or without a result)",
         }[self.kind]
@@ -86,6 +99,11 @@ class Predicate:
     def kinds(self) -> set[str]:
         return {c.kind for c in self.conditions}
 
+    @property
+    def timed(self) -> tuple[Condition, ...]:
+        """The conditions measured against a baseline release (slower, rss)."""
+        return tuple(c for c in self.conditions if c.timed)
+
     def words(self, reference: str = "the reference") -> str:
         """What bad means, in a sentence's words: "the model fails to load or run, or ..."."""
         return ", or ".join(c.words(reference) for c in self.conditions)
@@ -101,11 +119,15 @@ CONDITIONS = {
                  f"(floor {REL_FLOOR:g} of the output's largest |reference|; another: rel-diff>1e-3@1e-5)"),
     "abs-diff": "max absolute difference from the reference above a bound: abs-diff>1e-4",
     "cosine": "worst row's cosine with the reference below a bound: cosine<0.999",
+    "slower": ("median latency over the baseline's (the range's good end, or --reference-release), measured "
+               "interleaved, above a bound: slower>1.15"),
+    "rss": "peak resident memory of the worker over the baseline's above a bound: rss>1.3",
     "error": "the model fails to load or run on the release (the message is kept)",
     "crash": "the worker dies by a signal or ends without a result",
 }
 PREDICATES = CONDITIONS  # the vocabulary of --bad-if
-BOUNDED = ("max-abs", "headroom", "rel-diff", "abs-diff", "cosine")
+BOUNDED = ("max-abs", "headroom", "rel-diff", "abs-diff", "cosine", "slower", "rss")
+TIMED = ("slower", "rss")
 BELOW = ("cosine",)  # bad below the bound, not above
 
 
@@ -199,7 +221,7 @@ def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] |
     if reference is not None and outputs is not None and record.get("status") == "ran":
         m = probe_metrics(record.get("result"), outputs, reference, reference_id)
     else:
-        m = of_record(record)
+        m = metrics_of(record)
     # a skipped probe's numbers are not the release's (a provider fallback ran something else): none are shown
     s = rows_summary(None if record.get("status") == "skip" else record.get("result"))
     verdict, why, held = classify(record, predicate, m, s)
@@ -207,9 +229,41 @@ def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] |
             "metrics": m, "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
 
 
-def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | None, str]:
-    """(holds, what was measured) of one condition on a probe that ran; holds is None when it cannot tell."""
+def metrics_of(record: dict) -> dict:
+    """The record's metrics, with its timed rounds summed up (`timing`: ratio, interval, runs) where it has them:
+    derived every time from the latencies kept, never stored."""
+    m = of_record(record)
+    t = timing_summary(record.get("timing"))
+    return {**m, "timing": t} if t is not None else m
+
+
+def _timed(c: Condition, m: dict) -> tuple[bool | str | None, str]:
+    t = m.get("timing")
+    low, high, ratio, n = ((t.get("low"), t.get("high"), t.get("ratio"), t.get("rounds")) if c.kind == "slower"
+                           else (t.get("rss_low"), t.get("rss_high"), t.get("rss_ratio"), t.get("rss_rounds"))) \
+        if t else (None, None, None, 0)
+    what = "latency" if c.kind == "slower" else "peak memory"
+    if ratio is None:
+        return None, f"no {what} measured against a baseline" + (
+            "" if c.kind == "slower" or not t else " (rounds in fresh processes measure memory)")
+    base = f" of {t['baseline']}" if t.get("baseline") else ""
+    runs = f", {t['runs']} runs" if c.kind == "slower" else ""
+    if low is None:
+        return INCONCLUSIVE, f"{what} {ratio:.3f}x the baseline's{base} ({n} rounds{runs}: too few for an interval)"
+    said = f"{what} {ratio:.3f}x the baseline's{base} ({low:.3f}-{high:.3f}, {n} rounds{runs})"
+    if low > c.bound:
+        return True, said
+    if high < c.bound:
+        return False, said
+    return INCONCLUSIVE, said
+
+
+def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | str | None, str]:
+    """(holds, what was measured) of one condition on a probe that ran; holds is None when it cannot tell,
+    INCONCLUSIVE when a timed condition's interval holds its bound."""
     k, b = c.kind, c.bound
+    if k in TIMED:
+        return _timed(c, m)
     if k == "nan-or-inf":
         return bool(s["nan_rows"] or s["inf_rows"]), f"{s['nan_rows']} NaN rows, {s['inf_rows']} Inf rows of {s['rows']}"
     if k == "nan":
@@ -271,14 +325,17 @@ def classify(outcome: dict, predicate: Predicate, metrics: dict | None = None,
     if status != "ran":
         return status, outcome.get("reason", status), []
     s = summary if summary is not None else rows_summary(outcome.get("result"))
-    m = metrics if metrics is not None else of_record(outcome)
+    m = metrics if metrics is not None else metrics_of(outcome)
     measured = [(c, *_measure(c, s, m)) for c in predicate.conditions]
-    held = [(c, what) for c, holds, what in measured if holds]
+    held = [(c, what) for c, holds, what in measured if holds is True]
     if held:
         return "bad", "; ".join(what for _, what in held), [str(c) for c, _ in held]
     unknown = [what for _, holds, what in measured if holds is None]
     if unknown:
         return "error", unknown[0], []
+    straddling = [what for _, holds, what in measured if holds == INCONCLUSIVE]
+    if straddling:
+        return INCONCLUSIVE, "; ".join(straddling), []
     numeric = [what for c, _, what in measured if c.kind not in ("error", "crash")]
     if not numeric:
         numeric = [f"loads and runs ({s['nan_rows']} NaN rows, {s['inf_rows']} Inf rows of {s['rows']})"]

@@ -9,6 +9,11 @@ It must run on every onnxruntime release from 1.19 on and Python 3.8 on.
     python worker.py --serve          (request paths on stdin, a status line each on stdout)
     python worker.py --serve --import-first   (the same, numpy and onnxruntime imported before the first)
 
+A request with `timing` also times the batch: warm-up runs, then repeated
+runs of it on the same session (each run's latency kept), pinned to one CPU
+where the OS allows; one with `profile_prefix` runs under onnxruntime's own
+profiler and names the profile file it wrote.
+
 Exit status: 0 result written, 3 result written with an error (the model
 would not load or run on this release), anything else: no result. Serving,
 the status of each request is its answer line, and the process ends at EOF.
@@ -232,6 +237,9 @@ def probe(request, result, kept=None):
     }
     result["numpy"] = np.__version__
 
+    timing = request.get("timing")
+    if timing and timing.get("pin_cpu") is not None:
+        result["pinned_cpu"] = pin(int(timing["pin_cpu"]))
     result["stage"] = "inputs"
     with np.load(request["inputs"]) as data:
         feeds = {k: data[k] for k in data.files}
@@ -239,6 +247,9 @@ def probe(request, result, kept=None):
     result["stage"] = "session"
     opts = request.get("session_options") or {}
     so = session_options(ort, opts)
+    if request.get("profile_prefix"):
+        so.enable_profiling = True
+        so.profile_file_prefix = request["profile_prefix"]
     margin = request.get("margin")
     if margin and margin.get("optimized_path") and not opts.get("optimized_model_filepath"):
         # the margin counts only tensors this release holds in fp16: its optimized graph says which
@@ -247,7 +258,8 @@ def probe(request, result, kept=None):
         so.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     result["session_options"] = opts
     t = time.perf_counter()
-    key = session_key(request) if kept is not None else None
+    # a profiled session ends its profile when the request does: it is never kept for another
+    key = session_key(request) if kept is not None and not request.get("profile_prefix") else None
     providers = request.get("providers")  # [[name, options]]; absent: the CPU provider, as in every release
     # graph transformers and rewrite rules by name, as onnxruntime spells them (unknown names are ignored by it)
     extra = {"disabled_optimizers": list(opts["disabled_optimizers"])} if opts.get("disabled_optimizers") else {}
@@ -283,6 +295,12 @@ def probe(request, result, kept=None):
         run_options.log_severity_level = 2  # the session logs verbosely for its log file, not every run
     values = sess.run(names, feeds, run_options)
     result["run_s"] = time.perf_counter() - t
+    if timing:
+        result["stage"] = "timing"
+        # warm-up runs only on a new session: a kept one is warm from the requests before
+        result["timing"] = timed_runs(sess, names, feeds, timing, opts, warm=bool(result.get("session_reused")))
+    if request.get("profile_prefix"):
+        result["profile_path"] = sess.end_profiling()
 
     if margin:
         result["margin"] = margin_values(np, ort, margin, opts, providers, extra, feeds)
@@ -293,6 +311,33 @@ def probe(request, result, kept=None):
         tmp = request["outputs_path"] + ".tmp.npz"
         np.savez(tmp, **dict(zip(names, values)))
         os.replace(tmp, request["outputs_path"])
+
+
+def pin(cpu):
+    """This process on one CPU (where the OS allows it): a run's latency then does not include moving
+    between cores; None where it cannot be pinned."""
+    try:
+        os.sched_setaffinity(0, {cpu})
+        return cpu
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def timed_runs(sess, names, feeds, timing, opts, warm=False):
+    """`warmup` runs (unless the session is `warm`), then the batch again and again on the same session: at
+    least `runs_min` runs, more while `seconds` last, at most `runs_max`. Each run's latency (seconds) is kept."""
+    warmup = 0 if warm else int(timing.get("warmup", 0))
+    for _ in range(warmup):
+        sess.run(names, feeds)
+    runs_min, runs_max = int(timing.get("runs_min", 1)), int(timing.get("runs_max", 1000))
+    until = time.perf_counter() + float(timing.get("seconds", 0.0))
+    latencies = []
+    while len(latencies) < runs_min or (len(latencies) < runs_max and time.perf_counter() < until):
+        t = time.perf_counter()
+        sess.run(names, feeds)
+        latencies.append(time.perf_counter() - t)
+    return {"latencies_s": latencies, "warmup": warmup,
+            "threads": opts.get("intra_op_num_threads")}
 
 
 def margin_values(np, ort, margin, opts, providers, extra, feeds):

@@ -57,11 +57,18 @@ class ReplayRunner(Runner):
     def archs(cls) -> tuple[str, ...]:
         return ("x86_64", "aarch64")
 
-    def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None, arrays=None):
-        """`arrays(version, model_path)`: the outputs a probe saves (as the worker would), or None."""
+    def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None, arrays=None,
+                 latency: dict[str, float] | None = None, rss: dict[str, float] | None = None, noise: float = 0.05):
+        """`arrays(version, model_path)`: the outputs a probe saves (as the worker would), or None. `latency`
+        and `rss`: a release's median latency (s) and peak memory (MB), which a timed request's runs scatter
+        around (log-normal, `noise` its sigma; seeded, so a test sees the same runs every time)."""
         super().__init__(target or Target("x86_64", "3.11"), Path("/nonexistent-cache"))
         self.outcomes = outcomes
         self.arrays = arrays
+        self.latency = latency or {}
+        self.rss = rss or {}
+        self.rng = np.random.default_rng(0)
+        self.noise = noise
         self.calls: list[str] = []  # versions whose worker "ran", in order
         self.models: list[str] = []  # the model file of each call
 
@@ -97,6 +104,13 @@ class ReplayRunner(Runner):
         saved = self.arrays(env.version, Path(request["model"])) if self.arrays else None
         if saved is not None and request.get("outputs_path") and outcome.result and outcome.result.get("stage") == "done":
             np.savez(request["outputs_path"], **saved)
+        timing = request.get("timing")
+        if timing and outcome.result is not None and env.version in self.latency:
+            n = max(int(timing.get("runs_min") or 1), 3)
+            runs = self.latency[env.version] * self.rng.lognormal(0.0, self.noise, n)
+            outcome = dataclasses.replace(outcome, result={**outcome.result, "timing": {
+                "latencies_s": [float(x) for x in runs], "warmup": 0, "threads": 1},
+                "peak_rss_mb": self.rss.get(env.version, 100.0) * float(self.rng.lognormal(0.0, self.noise / 10))})
         if outcome.result is not None and "onnxruntime" not in outcome.result:
             build = f"ORT Build Info: git-branch=rel-{env.version}, git-commit-id={commit_of(env.version)}, build type=Release"
             outcome = dataclasses.replace(outcome, result={**outcome.result, "onnxruntime": {"version": env.version,

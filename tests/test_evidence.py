@@ -47,6 +47,7 @@ def _py_types(types: tuple[type, ...]) -> set[str]:
     (evidence.PROVIDERS_FIELDS, "probe-record.v1.json", ("providers",)),
     (evidence.METRICS_FIELDS, "probe-record.v1.json", ("metrics",)),
     (evidence.MARGIN_FIELDS, "probe-record.v1.json", ("margin",)),
+    (evidence.TIMING_FIELDS, "probe-record.v1.json", ("timing",)),
     (evidence.RESULT_FIELDS, "probe-record.v1.json", ("result",)),
     (evidence.ROWS_FIELDS, "probe-record.v1.json", ("result", "rows")),
     (evidence.OUTPUT_FIELDS, "probe-record.v1.json", ("result", "outputs", "items")),

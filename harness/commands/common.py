@@ -169,7 +169,9 @@ probe_options = compose(
     timeout_option,
     click.option("--bad-if", "bad_if", multiple=True, default=("nan-or-inf",), show_default=True, metavar="WHEN",
                  help="When a probe is bad; several: bad if any holds. nan-or-inf | nan | zero-rows | max-abs>B | "
-                      "headroom>B | error (fails to load or run) | crash | cosine<B | rel-diff>B (with a reference)."),
+                      "headroom>B | error (fails to load or run) | crash | cosine<B | rel-diff>B (with a reference) "
+                      "| slower>R | rss>R (median latency or peak memory over the baseline's: the range's good "
+                      "end, or --reference-release)."),
     click.option("--reference", metavar="FILE.npz|fp32",
                  help="Compare outputs with: reference outputs in FILE.npz, or fp32 (the model in fp32 on the same "
                       "release)."),
@@ -183,6 +185,10 @@ probe_options = compose(
                  help="Cap each worker's memory (address space); a probe past it fails instead of the machine."),
     click.option("--repeat", type=click.IntRange(min=1), default=1, show_default=True,
                  help="Identical runs per probe (fresh processes); outputs that differ make it *nondeterministic*."),
+    click.option("--time-budget", "time_budget", type=click.FloatRange(min=1), default=60.0, show_default=True,
+                 metavar="SECONDS",
+                 help="For slower>B and rss>B: seconds each probe may spend re-measuring against the baseline "
+                      "before an interval that straddles the bound is called inconclusive."),
     click.option("--margin/--no-margin", default=None,
                  help="Read the largest |x| of the model's hottest fp16 tensors in each probe, in a second session "
                       "(default: on for sweep, off for run)."),
@@ -319,6 +325,7 @@ def search_spec(opts: dict):
     """The search the command line asks for; options a command does not take keep their defaults."""
     from harness.errors import UsageError
     from harness.request import SearchSpec
+    from harness.verdicts import parse_predicate
 
     if not opts.get("model"):
         raise UsageError("--model: give a model (a registered name or an .onnx file)")
@@ -329,11 +336,15 @@ def search_spec(opts: dict):
         session_options["intra_op_num_threads"] = opts["threads"]
     given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
                                   "results_dir", "resume", "timeout", "reference", "reference_release", "repeat",
-                                  "memory_limit_mb", "range_flags", "margin")
+                                  "memory_limit_mb", "range_flags", "margin", "mode", "time_budget")
              if opts.get(k) is not None}
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
+        timed = [c for c in parse_predicate(given["bad_if"]).timed]
+        if timed and (opts.get("jobs") or 1) > 1:
+            raise UsageError(f"--bad-if {timed[0]} measures one probe at a time (two workers pinned to one CPU, "
+                             f"in turn): drop -j {opts['jobs']}")
     return SearchSpec(from_=opts["from_"], to=opts["to"], outputs=tuple(opts.get("outputs") or ()),
                       session_options=session_options, package=package_of(opts),
                       engines=tuple(opts.get("engines") or ()), **given)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # the trace and diff tables' types; `bisect run` needs neithe
     from harness.explain.trace import TraceResult
 
 VERDICT_STYLE = {"good": "green", "bad": "bold red", "skip": "yellow", "error": "magenta",
-                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan"}
+                 "crash": "bold magenta", "timeout": "magenta", "nondeterministic": "cyan", "inconclusive": "yellow"}
 
 
 def plain(text) -> str:
@@ -84,6 +84,15 @@ class ProbeLines:
                                f"{plain(record.get('why') or '')} ({how})")
 
 
+def ratio_text(timing: dict | None, prefix: str = "") -> str:
+    """A timed probe's ratio to its baseline with the interval: "1.231 (1.198-1.262)"; "-" without one."""
+    t = timing or {}
+    ratio, low, high = (t.get(f"{prefix}{k}") for k in ("ratio", "low", "high"))
+    if ratio is None:
+        return "-"
+    return f"{ratio:.3f}" + (f" ({low:.3f}-{high:.3f})" if low is not None else "")
+
+
 def _number(v, fmt) -> str:
     """`v` in `fmt`: a format spec, or "cosine" (metrics.cosine_text: one cosine reads the same everywhere)."""
     if fmt == "cosine":
@@ -100,8 +109,11 @@ def run_table(doc: dict) -> Table:
                                                              ("cosine_min", "worst cosine", "cosine"),
                                                              ("abs_diff_max", "max |diff|", ".3g"))
                    if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
+    timed = [(key, title) for key, title in (("", "latency x baseline"), ("rss_", "memory x baseline"))
+             if any(((p.get("metrics") or {}).get("timing") or {}).get(f"{key}ratio") is not None for p in doc["probes"])]
     for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
-                      ("rows", "right"), *((title, "right") for _, title, _ in metric_cols), ("seconds", "right"),
+                      ("rows", "right"), *((title, "right") for _, title, _ in metric_cols),
+                      *((title, "right") for _, title in timed), ("seconds", "right"),
                       *((("commit", "left"),) if commits else ()), ("note", "left")):
         t.add_column(col, justify=just)
     for p in doc["probes"]:
@@ -113,6 +125,7 @@ def run_table(doc: dict) -> Table:
         t.add_row(plain(p["version"]), verdict(p["verdict"]),
                   *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
                   *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
+                  *(ratio_text(m.get("timing"), key) for key, _ in timed),
                   f"{p['seconds']:.2f}", *((plain(p.get("commit") or "-"),) if commits else ()),
                   ("saved; " if p["reused"] else "") + plain(note))
     return t

@@ -38,7 +38,8 @@ SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": 
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
             "error": "load or run failures", "crash": "worker crashes", "cosine": "outputs that differ from the reference",
             "rel-diff": "outputs that differ from the reference",
-            "abs-diff": "outputs that differ from the reference"}
+            "abs-diff": "outputs that differ from the reference", "slower": "a slowdown",
+            "rss": "memory growth"}
 
 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from harness.errors import HarnessError, UsageError
 
 SCHEMA_VERSION = 1
-STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")
+STATUSES = ("ran", "error", "crash", "timeout", "skip", "nondeterministic")  # a probe's; verdicts add inconclusive
 VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]*$")  # a release version, and a safe file name stem
 RUN_ID_RE = re.compile(r"^(?!\.\.?$)[^/\\\x00]+$")  # one directory name: no separator, not . or ..
 
@@ -46,12 +46,16 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
     "reason": (str,), "package": (str,), "series": (str,), "finished": (str, _NONE),
     "seconds": _NUMBER, "repeats": (int,), "env_seconds": (*_NUMBER, _NONE), "env_created": (bool, _NONE),
     "stderr_tail": (str,), "outputs_saved": (str,), "provenance": (dict,), "providers": (dict,),
-    "metrics": (dict,), "result": (dict, _NONE), "margin": (dict,),
+    "metrics": (dict,), "result": (dict, _NONE), "margin": (dict,), "timing": (dict,),
 }
 MARGIN_FIELDS: dict[str, tuple[type, ...]] = {  # harness.graphs.margin.margin_of
     "fraction": (*_NUMBER, _NONE), "tensor": (str, _NONE), "overflowed": (bool,), "ceiling": _NUMBER,
     "source": (str,), "watched": (int,), "held_in_fp16": (int,), "held_in_fp32": (int,), "precision": (str,),
     "fp32_hottest": (dict,), "seconds": _NUMBER, "error": (str,),
+}
+TIMING_FIELDS: dict[str, tuple[type, ...]] = {  # harness.probe.timed_rounds (rounds read by metrics.timing_summary)
+    "baseline": (str,), "rounds": (list,), "threads": (int, _NONE), "pinned_cpu": (int, _NONE), "warmup": (int,),
+    "fresh_processes": (bool,), "budget_s": _NUMBER, "stopped": (str,), "error": (str,), "seconds": _NUMBER,
 }
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
     "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
@@ -228,7 +232,8 @@ class ProbeRecord:
         if doc["status"] not in STATUSES:
             raise EvidenceError(what, "status", f"{doc['status'][:64]!r} is not one of {', '.join(STATUSES)}")
         for key, fields in (("provenance", PROVENANCE_FIELDS), ("providers", PROVIDERS_FIELDS),
-                            ("metrics", METRICS_FIELDS), ("margin", MARGIN_FIELDS)):
+                            ("metrics", METRICS_FIELDS), ("margin", MARGIN_FIELDS),
+                            ("timing", TIMING_FIELDS)):
             if key in doc:
                 _check(what, doc[key], fields, f"{key}.")
         result = doc.get("result")

@@ -32,7 +32,12 @@ from harness.releases.packages import Package
 from harness.releases.versions import Release, Target
 from harness.results.locking import file_lock
 from harness.runners.provision import Log, quiet
-from harness.runners.workers import ProcessOutcome, run_worker_process, start_early
+from harness.runners.workers import (
+    ProcessOutcome,
+    end_idle_workers,
+    run_worker_process,
+    start_early,
+)
 
 WORKER = Path(__file__).resolve().parent.parent / "worker.py"
 
@@ -167,6 +172,12 @@ class Runner(ABC):
         command = self.worker_command(env)
         if command is not None and not memory_limit_mb:
             start_early(*command, tag=tag)
+
+    def end_served(self, env: Environment, side: str) -> None:
+        """End the idle serving worker of `env` a timed comparison kept for `side` between its rounds."""
+        command = self.worker_command(env)
+        if command is not None:
+            end_idle_workers(*command, side)
 
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""

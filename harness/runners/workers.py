@@ -129,9 +129,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 # --- serving workers ------------------------------------------------------------------------------------
 
 
-def _key(argv: list[str], env: dict | None, memory_limit_mb) -> str:
-    """One serving process serves one command line, environment and memory cap (set once, at its first request)."""
-    return json.dumps([argv, sorted((env or {}).items()), memory_limit_mb])
+def _key(argv: list[str], env: dict | None, memory_limit_mb, side: str | None = None) -> str:
+    """One serving process serves one command line, environment and memory cap (set once, at its first request);
+    `side` keeps the two workers of a timed comparison apart when both run one release (an A/A comparison)."""
+    return json.dumps([argv, sorted((env or {}).items()), memory_limit_mb, *([side] if side else [])])
 
 
 def _set_idle(pid: int, idle: bool) -> None:
@@ -255,11 +256,16 @@ class WorkerPool:
             served.close(kill=True)  # it never ran a request (maybe still importing): nothing to lose
 
     def run(self, argv: list[str], request: dict, workdir: Path, timeout: float, env: dict | None) -> ProcessOutcome:
-        key = _key(argv, env, request.get("memory_limit_mb"))
+        """`request["fresh_process"]`: a new worker takes it and ends after it (its peak memory is this
+        request's); `request["serve_again"]` (a side's name): the worker waits for the next request of its
+        command and side even in a pool that keeps none (a timed comparison's two workers, until `end_idle`)."""
+        side = request.get("serve_again")
+        key = _key(argv, env, request.get("memory_limit_mb"), side if isinstance(side, str) else None)
+        fresh = bool(request.get("fresh_process"))
         with self._lock:
             idle = self._idle.setdefault(key, [])
             served = None
-            while idle and served is None:
+            while idle and served is None and not fresh:
                 served = idle.pop()
                 if served.proc.poll() is not None:  # ended while idle: its end is no request's outcome
                     served.close(kill=True)
@@ -267,12 +273,19 @@ class WorkerPool:
             if served is None:
                 served = self._new(argv, env)
         outcome, alive = served.run(request, workdir, timeout)
-        if alive and self.keep:
+        if alive and not fresh and (self.keep or request.get("serve_again")):
             with self._lock:
                 self._idle[key].append(served)
         elif alive:
             served.close(wait=False)
         return outcome
+
+    def end_idle(self, argv: list[str], env: dict | None, side: str | None = None) -> None:
+        """End the idle workers of this command and side (no memory cap): nothing more will be asked of them."""
+        with self._lock:
+            going = self._idle.pop(_key(argv, env, None, side), [])
+        for served in going:
+            served.close(wait=False)
 
     def close(self) -> None:
         with self._lock:
@@ -307,6 +320,12 @@ def retire_early_workers(keep_tags: set[str]) -> None:
     """Within `reusing_workers()`: end the early-started workers not tagged with one of `keep_tags`."""
     if _pool is not None:
         _pool.retire(keep_tags)
+
+
+def end_idle_workers(argv: list[str], env: dict | None, side: str | None = None) -> None:
+    """Within `reusing_workers()`: end the idle serving workers of this command (and side)."""
+    if _pool is not None:
+        _pool.end_idle(argv, env, side)
 
 
 def start_early(argv: list[str], env: dict | None, tag: str) -> None:

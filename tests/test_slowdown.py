@@ -1,0 +1,237 @@
+"""Slowdowns and memory growth as regressions: `--bad-if slower>R` and `rss>R`, judged from interleaved rounds
+against a baseline release with a distribution-free interval; *inconclusive* is stepped around like skip.
+
+The statistics and the search over them run on stored rounds and a replay runner; the worker's timed runs, the
+two live workers and the pinning run real releases."""
+
+from __future__ import annotations
+
+import json
+import platform
+
+import builders
+import numpy as np
+import pytest
+from replay import ReplayRunner, ran, releases
+
+from harness.driver import Driver
+from harness.errors import UsageError
+from harness.metrics import median_interval, timing_summary
+from harness.probe import ProbeJob, TimingJob
+from harness.results.evidence import EvidenceError, ProbeRecord
+from harness.results.store import RunStore
+from harness.search import bisect_step
+from harness.verdicts import judge, parse_predicate
+
+
+def timed_record(ratio: float, rounds: int = 8, spread: float = 0.02, rss: tuple[float, float] | None = None,
+                 seed: int = 0) -> dict:
+    """A probe record whose rounds ran the candidate `ratio` times slower than the baseline (10 ms)."""
+    rng = np.random.default_rng(seed)
+    doc = []
+    for _ in range(rounds):
+        base = list(0.010 * rng.lognormal(0, spread, 5))
+        doc.append({"baseline_s": base, "candidate_s": [x * ratio * rng.lognormal(0, spread) for x in base],
+                    "baseline_rss_mb": rss[0] if rss else None, "candidate_rss_mb": rss[1] if rss else None})
+    out = {"name": "y", "dtype": "float32", "shape": [2, 2], "sha256": "x", "rows": 2, "nan_rows": 0, "inf_rows": 0,
+           "zero_rows": 0, "nan": 0, "inf": 0, "max_abs": 1.0, "min": 0.0, "max": 1.0}
+    return {"version": "1.2", "status": "ran", "result": {"stage": "done", "outputs": [out]},
+            "timing": {"baseline": "1.0", "rounds": doc, "threads": 1, "pinned_cpu": 1, "warmup": 3,
+                       "fresh_processes": rss is not None, "budget_s": 60.0, "stopped": "decided", "seconds": 1.0}}
+
+
+def test_the_sign_test_interval_needs_six_rounds_at_95_percent_and_narrows_with_more():
+    assert median_interval([1.0, 1.1, 1.2, 1.3, 1.4]) is None  # 2/32 = 6.25% outside: too few
+    low, high, coverage = median_interval([1.3, 1.0, 1.2, 1.1, 1.5, 1.4])
+    assert (low, high) == (1.0, 1.5) and coverage == pytest.approx(1 - 2 / 64)
+    xs = [float(i) for i in range(20)]
+    low, high, coverage = median_interval(xs)
+    assert (low, high) == (5.0, 14.0) and coverage >= 0.95  # the 6th smallest and largest of 20
+    # the interval covers the true median at least as often as it says (samples of a known median)
+    rng = np.random.default_rng(1)
+    covered = sum(lo <= 1.0 <= hi for lo, hi, _ in (median_interval(list(rng.lognormal(0, 0.3, 9))) for _ in range(400)))
+    assert covered / 400 >= 0.94
+
+
+@pytest.mark.parametrize("ratio, verdict", [(1.40, "bad"), (1.00, "good"), (1.15, "inconclusive")])
+def test_a_timed_probe_is_bad_or_good_only_when_the_whole_interval_is_past_or_below_the_bound(ratio, verdict):
+    judged = judge(timed_record(ratio), parse_predicate("slower>1.15"))
+    assert judged["verdict"] == verdict, judged["why"]
+    t = judged["metrics"]["timing"]
+    assert t["ratio"] == pytest.approx(ratio, rel=0.05) and t["rounds"] == 8 and t["runs"] == 40
+    assert t["low"] <= t["ratio"] <= t["high"]
+    assert "the baseline's of 1.0" in judged["why"] and "8 rounds, 40 runs" in judged["why"]
+
+
+def test_the_same_rounds_are_judged_again_under_another_bound_without_probing():
+    rec = timed_record(1.30)
+    assert judge(rec, parse_predicate("slower>1.15"))["verdict"] == "bad"
+    assert judge(rec, parse_predicate("slower>1.5"))["verdict"] == "good"
+    assert judge({**rec, "timing": {**rec["timing"], "rounds": rec["timing"]["rounds"][:5]}},
+                 parse_predicate("slower>1.15"))["verdict"] == "inconclusive"  # five rounds give no 95% interval
+
+
+def test_memory_is_judged_from_rounds_in_fresh_processes_only():
+    grown = timed_record(1.0, rss=(400.0, 560.0))
+    assert judge(grown, parse_predicate("rss>1.3"))["verdict"] == "bad"
+    assert judge(grown, parse_predicate("rss>1.5"))["verdict"] == "good"
+    j = judge(timed_record(1.0), parse_predicate("rss>1.3"))  # served workers: no peak per round
+    assert j["verdict"] == "error" and "no peak memory measured" in j["why"]
+    assert judge(grown, parse_predicate("slower>1.15,rss>1.3"))["decided_by"] == ["rss>1.3"]
+
+
+def test_rounds_that_cannot_be_read_are_left_out_not_guessed():
+    rec = timed_record(1.3)
+    rounds = rec["timing"]["rounds"]
+    hostile = [*rounds, {"baseline_s": ["1"], "candidate_s": [0.1]}, {"baseline_s": [float("nan")], "candidate_s": [1]},
+               {"baseline_s": [-1.0], "candidate_s": [1.0]}, {"baseline_s": [True], "candidate_s": [1.0]}, "x",
+               {"baseline_s": [1e-3] * 30000, "candidate_s": [1.0]}]
+    t = timing_summary({**rec["timing"], "rounds": hostile})
+    assert t["rounds"] == len(rounds) and t["runs"] == 40
+    assert timing_summary({"rounds": "no"}) is None and timing_summary(None) is None
+
+
+def test_a_record_whose_timing_has_the_wrong_type_is_refused_where_it_is_read():
+    rec = timed_record(1.3)
+    ProbeRecord.parse(rec)
+    with pytest.raises(EvidenceError, match="timing.rounds"):
+        ProbeRecord.parse({**rec, "timing": {**rec["timing"], "rounds": "many"}})
+
+
+def test_inconclusive_is_stepped_around_like_skip():
+    step = bisect_step(["good", None, "inconclusive", None, "bad"])
+    assert step.next in ((1,), (3,))
+    done = bisect_step(["good", "good", "inconclusive", "bad", "bad"])
+    assert (done.status, done.lo, done.hi, done.untestable) == ("found", 1, 3, (2,))
+
+
+@pytest.mark.parametrize("text, said", [
+    ("slower", "needs a bound"), ("slower<1.1", "bad above its bound"), ("rss", "needs a bound"),
+])
+def test_a_timed_predicate_needs_its_bound_above(text, said):
+    with pytest.raises(UsageError, match=said):
+        parse_predicate(text)
+
+
+def search(tmp_path, latency: dict[str, float], bad_if: str, budget: float = 30.0, rss=None, mode="regression"):
+    versions = sorted(latency, key=lambda v: tuple(map(int, v.split("."))))
+    runner = ReplayRunner({v: ran() for v in versions}, latency=latency, rss=rss)
+    baseline = releases(versions[-1] if mode == "fix" else versions[0])[0]
+    pred = parse_predicate(bad_if)
+    timing = TimingJob(baseline, tuple((c.kind, c.bound) for c in pred.timed), budget_s=budget,
+                       fresh_processes=rss is not None, min_rounds=6, max_rounds=40)
+    (tmp_path / "run").mkdir()
+    store = RunStore(tmp_path / "run")
+    driver = Driver(runner, releases(*versions), store, ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz", timing=timing),
+                    pred, jobs=4)
+    return driver, driver.run(mode=mode), runner, store
+
+
+def test_a_bisection_over_latency_finds_the_release_that_got_slower(tmp_path):
+    latency = {f"1.{i}": (0.010 if i < 5 else 0.013) for i in range(9)}  # 1.3x from 1.5 on
+    driver, out, runner, store = search(tmp_path, latency, "slower>1.15")
+    assert driver.jobs == 1  # two workers pinned to one CPU, in turn: one probe at a time
+    assert (out.step.status, out.releases[out.step.lo].version, out.releases[out.step.hi].version) == ("found", "1.4", "1.5")
+    recs = [json.loads(x) for x in (store.dir / "probes.jsonl").read_text().splitlines()]
+    assert all(r["timing"]["baseline"] == "1.0" and len(r["timing"]["rounds"]) >= 6 for r in recs)
+    # baseline and candidate alternate inside each probe, the order turning every round
+    assert runner.calls[1:5] in (["1.0", "1.0", "1.0", "1.0"],)  # the baseline's own probe: 1.0 against 1.0
+    first_other = next(i for i, v in enumerate(runner.calls) if v != "1.0")
+    assert runner.calls[first_other:first_other + 5] == ["1.8", "1.0", "1.8", "1.8", "1.0"]
+
+
+def test_a_release_that_straddles_the_bound_is_inconclusive_and_stepped_around(tmp_path):
+    latency = {"1.0": 0.010, "1.1": 0.010, "1.2": 0.0115, "1.3": 0.014, "1.4": 0.014}
+    _, out, _, _ = search(tmp_path, latency, "slower>1.15", budget=0.0)  # no time to re-measure it
+    assert out.records["1.2"]["verdict"] == "inconclusive"
+    assert out.step.status == "found" and out.step.untestable == (2,)
+    assert [out.releases[i].version for i in (out.step.lo, out.step.hi)] == ["1.1", "1.3"]
+
+
+def test_memory_growth_is_found_from_fresh_processes(tmp_path):
+    latency = {f"1.{i}": 0.010 for i in range(5)}
+    rss = {"1.0": 300.0, "1.1": 302.0, "1.2": 450.0, "1.3": 455.0, "1.4": 460.0}
+    _, out, _, store = search(tmp_path, latency, "rss>1.3", rss=rss)
+    assert [out.releases[i].version for i in (out.step.lo, out.step.hi)] == ["1.1", "1.2"]
+    assert out.records["1.2"]["metrics"]["timing"]["rss_ratio"] == pytest.approx(1.5, rel=0.02)
+
+
+def test_the_fix_mode_baseline_is_the_good_end(tmp_path):
+    latency = {"1.0": 0.020, "1.1": 0.020, "1.2": 0.010, "1.3": 0.010}
+    _, out, _, store = search(tmp_path, latency, "slower>1.15", mode="fix")
+    assert [out.releases[i].version for i in (out.step.lo, out.step.hi)] == ["1.1", "1.2"]
+    assert {json.loads(x)["timing"]["baseline"] for x in (store.dir / "probes.jsonl").read_text().splitlines()} == {"1.3"}
+
+
+# --- real releases --------------------------------------------------------------------------------------------
+
+VERSION = "1.19.2"
+
+
+@pytest.fixture(scope="module")
+def env(cache_dir):
+    from harness.releases.versions import Release, Target
+    from harness.runners.uv import UvRunner
+
+    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
+    release = Release(VERSION, [f"onnxruntime-{VERSION}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"])
+    return runner, runner.prepare(release)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("timed")
+    builders.save(builders.residual_norm_model(), d / "norm.onnx")
+    np.savez(d / "norm.npz", **builders.residual_norm_inputs())
+    return d
+
+
+def timed_request(files, **extra) -> dict:
+    return {"model": str(files / "norm.onnx"), "inputs": str(files / "norm.npz"), "outputs": [],
+            "session_options": {"intra_op_num_threads": 1}, "memory_limit_mb": None, "outputs_path": None,
+            "timing": {"warmup": 2, "seconds": 0.05, "runs_min": 4, "runs_max": 50, "pin_cpu": 0}, **extra}
+
+
+@pytest.mark.release
+def test_the_worker_times_warm_runs_pinned_and_warms_a_new_session_only(env, files, tmp_path):
+    from harness.runners.workers import reusing_workers
+
+    runner, e = env
+    with reusing_workers(keep=False):
+        first = runner.run(e, timed_request(files, serve_again="baseline"), tmp_path / "a", 120)
+        again = runner.run(e, timed_request(files, serve_again="baseline"), tmp_path / "b", 120)
+        other = runner.run(e, timed_request(files, serve_again="candidate"), tmp_path / "c", 120)
+        fresh = [runner.run(e, timed_request(files, fresh_process=True), tmp_path / f"f{i}", 120) for i in range(2)]
+    for o in (first, again, other, *fresh):
+        assert o.returncode == 0, o.stderr_tail
+        assert 4 <= len(o.result["timing"]["latencies_s"]) <= 50 and all(x > 0 for x in o.result["timing"]["latencies_s"])
+        assert o.result["timing"]["threads"] == 1 and o.result["pinned_cpu"] == 0
+    # kept between requests of one side in a pool that keeps none; the other side is a worker of its own
+    assert (first.result.get("served"), again.result.get("served"), other.result.get("served")) == (None, 1, None)
+    assert (first.result["timing"]["warmup"], again.result["timing"]["warmup"]) == (2, 0)  # warm already
+    assert all("served" not in o.result for o in fresh)  # a new process each: its peak memory is its own
+
+
+@pytest.mark.release
+def test_an_a_a_run_over_real_releases_flags_nothing_and_keeps_every_latency(bisect, files, tmp_path):
+    r = bisect("run", "--model", str(files / "norm.onnx"), "--inputs", str(files / "norm.npz"), "--from", "1.19.2",
+               "--to", "1.20.0", "--bad-if", "slower>1.5", "--time-budget", "10", "--json", results=tmp_path / "res")
+    assert r.returncode == 3, r.stderr  # both ends good: nothing to find
+    doc = r.json()
+    assert doc["status"] == "endpoints_agree" and {p["verdict"] for p in doc["probes"]} == {"good"}, doc["message"]
+    runs = {}
+    for p in doc["probes"]:
+        t = p["metrics"]["timing"]
+        assert t["baseline"] == "1.19.2" and t["low"] <= t["ratio"] <= t["high"] < 1.5 and t["runs"] >= 18
+        runs[p["version"]] = t["runs"]
+    recs = [json.loads(x) for x in (tmp_path / "res" / doc["run_id"] / "probes.jsonl").read_text().splitlines()]
+    assert {r["version"] for r in recs} == {"1.19.2", "1.20.0"}
+    for rec in recs:  # one intra-op thread unless --threads says otherwise, said in the record
+        assert rec["timing"]["threads"] == 1 and rec["result"]["session_options"]["intra_op_num_threads"] == 1
+        assert sum(len(x["candidate_s"]) for x in rec["timing"]["rounds"]) == runs[rec["version"]]
+
+
+def test_a_timed_question_refuses_parallel_probes(bisect, files):
+    r = bisect("run", "--model", str(files / "norm.onnx"), "--inputs", str(files / "norm.npz"), "--from", "1.19.2",
+               "--to", "1.20.0", "--bad-if", "slower>1.2", "-j", "2")
+    assert r.returncode == 2 and "measures one probe at a time" in r.stderr and "Traceback" not in r.stderr
