@@ -53,6 +53,15 @@ def cosine_text(x: float | None) -> str:
     return text
 
 
+def ratio_text(timing: dict | None, prefix: str = "") -> str:
+    """A timed probe's ratio to its baseline with the interval: "1.231 (1.198-1.262)"; "-" without one."""
+    t = timing or {}
+    ratio, low, high = (t.get(f"{prefix}{k}") for k in ("ratio", "low", "high"))
+    if ratio is None:
+        return "-"
+    return f"{ratio:.3f}" + (f" ({low:.3f}-{high:.3f})" if low is not None else "")
+
+
 def headroom(stats: dict) -> float | None:
     """max |x| over the fp16 ceiling, for an fp16 output whose worker statistics hold a max |x|."""
     if stats.get("dtype") != "float16" or stats.get("max_abs") is None:

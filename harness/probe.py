@@ -58,6 +58,7 @@ class ProbeJob:
     memory_limit_mb: int | None = None  # the worker's address-space cap
     margin: MarginJob | None = None  # the fp16 tensors watched, read in a second session after the verdict's
     timing: TimingJob | None = None  # time (and memory) against a baseline release, interleaved
+    profile: bool = False  # onnxruntime's profiler over warm, timed runs: the kernel time of each node
 
 
 @dataclass(frozen=True)
@@ -280,6 +281,10 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
     }
     if job.margin:
         (workdir / "optimized").mkdir(exist_ok=True)
+    if job.profile:
+        (workdir / "profile").mkdir(exist_ok=True)
+        request.update(profile_prefix=str(workdir / "profile" / "onnxruntime"),
+                       timing={"warmup": 3, "seconds": 2.0, "runs_min": 10, "runs_max": 200})
     try:
         out, env, status, reason, hashes = _run(runner, release, env, job, request, workdir)
     except EnvironmentSkip as exc:  # where the worker runs went away (a remote engine dropped out)

@@ -12,7 +12,7 @@ It must run on every onnxruntime release from 1.19 on and Python 3.8 on.
 A request with `timing` also times the batch: warm-up runs, then repeated
 runs of it on the same session (each run's latency kept), pinned to one CPU
 where the OS allows; one with `profile_prefix` runs under onnxruntime's own
-profiler and names the profile file it wrote.
+profiler and returns its summary per node (the profile file is removed).
 
 Exit status: 0 result written, 3 result written with an error (the model
 would not load or run on this release), anything else: no result. Serving,
@@ -300,7 +300,7 @@ def probe(request, result, kept=None):
         # warm-up runs only on a new session: a kept one is warm from the requests before
         result["timing"] = timed_runs(sess, names, feeds, timing, opts, warm=bool(result.get("session_reused")))
     if request.get("profile_prefix"):
-        result["profile_path"] = sess.end_profiling()
+        result["profile"] = profile_summary(sess.end_profiling())
 
     if margin:
         result["margin"] = margin_values(np, ort, margin, opts, providers, extra, feeds)
@@ -338,6 +338,41 @@ def timed_runs(sess, names, feeds, timing, opts, warm=False):
         latencies.append(time.perf_counter() - t)
     return {"latencies_s": latencies, "warmup": warmup,
             "threads": opts.get("intra_op_num_threads")}
+
+
+PROFILE_NODES = 400  # the slowest nodes a profile summary keeps
+
+
+def profile_summary(path):
+    """onnxruntime's profile (a Chrome trace of every run) summed up per node: its op type, provider and median
+    kernel time in microseconds over the runs (the median leaves the warm-up runs out); the file is removed."""
+    try:
+        with open(path) as f:
+            events = json.load(f)
+    finally:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+    times, ops = {}, {}
+    runs = 0
+    for ev in events if isinstance(events, list) else []:
+        if not isinstance(ev, dict):
+            continue
+        name, cat = str(ev.get("name", "")), ev.get("cat")
+        if cat == "Session" and name == "model_run":
+            runs += 1
+        elif cat == "Node" and name.endswith("_kernel_time"):
+            node = name[: -len("_kernel_time")]
+            args = ev.get("args") or {}
+            times.setdefault(node, []).append(float(ev.get("dur", 0)))
+            ops[node] = (str(args.get("op_name", "")), str(args.get("provider", "")))
+    nodes = []
+    for node, durs in times.items():
+        durs.sort()
+        nodes.append([node, ops[node][0], ops[node][1], durs[len(durs) // 2]])
+    nodes.sort(key=lambda n: -n[3])
+    return {"runs": runs, "nodes": nodes[:PROFILE_NODES], "node_count": len(nodes)}
 
 
 def margin_values(np, ort, margin, opts, providers, extra, feeds):

@@ -235,3 +235,47 @@ def test_a_timed_question_refuses_parallel_probes(bisect, files):
     r = bisect("run", "--model", str(files / "norm.onnx"), "--inputs", str(files / "norm.npz"), "--from", "1.19.2",
                "--to", "1.20.0", "--bad-if", "slower>1.2", "-j", "2")
     assert r.returncode == 2 and "measures one probe at a time" in r.stderr and "Traceback" not in r.stderr
+
+
+# --- where the time went --------------------------------------------------------------------------------------
+
+def test_the_profiles_of_a_pair_are_lined_up_per_op_type_and_node_largest_increase_first():
+    from harness.explain.profile import lined_up, sentence
+
+    old = {"n1": ("LRN", 5000.0), "n2": ("Conv", 18000.0), "n3": ("Relu", 100.0)}
+    new = {"n1": ("LRN", 17000.0), "n2": ("Conv", 17700.0), "n4": ("Cast", 50.0)}
+    doc = {"old": "1.20.1", "new": "1.21.0", **lined_up(old, new)}
+    assert [r["op"] for r in doc["ops"]] == ["LRN", "Cast", "Relu", "Conv"]
+    assert doc["ops"][0]["ratio"] == pytest.approx(3.4) and doc["ops"][1]["ratio"] is None  # only in the new one
+    assert [r["node"] for r in doc["nodes"]][:1] == ["n1"] and doc["nodes"][0]["op"] == "LRN"
+    assert "LRN took 5.00 -> 17.00 ms (3.40x)" in sentence(doc)
+
+
+def test_a_hostile_profile_document_is_read_as_what_it_may_hold(tmp_path):
+    from harness.explain.profile import nodes_of, read
+
+    (tmp_path / "profile.json").write_text(json.dumps({
+        "old": "1.0", "new": "1.1", "old_total_us": 1.0, "new_total_us": 2.0, "message": "x" * 10000,
+        "ops": [{"op": "<script>", "old_us": 1, "new_us": 2, "change_us": 1}, {"op": 3}, "no"],
+        "nodes": [{"node": "n", "old_us": "1", "new_us": 2, "change_us": 1}]}))
+    doc = read(tmp_path)
+    assert [r["op"] for r in doc["ops"]] == ["<script>"] and doc["nodes"] == [] and len(doc["message"]) == 500
+    (tmp_path / "profile.json").write_text("[" * 100000)
+    assert read(tmp_path) is None
+    rec = {"result": {"profile": {"nodes": [["a", "Conv", "CPU", 10.0], ["b", "X", "CPU", float("nan")], ["c"], 5]}}}
+    assert nodes_of(rec) == {"a": ("Conv", 10.0)}
+
+
+@pytest.mark.release
+def test_the_worker_profiles_warm_runs_per_node_and_leaves_no_profile_file(env, files, tmp_path):
+    runner, e = env
+    prefix = tmp_path / "prof" / "onnxruntime"
+    prefix.parent.mkdir()
+    out = runner.run(e, timed_request(files, profile_prefix=str(prefix)), tmp_path / "w", 120)
+    assert out.returncode == 0, out.stderr_tail
+    prof = out.result["profile"]
+    n_runs = len(out.result["timing"]["latencies_s"]) + out.result["timing"]["warmup"] + 1
+    assert prof["runs"] == n_runs and prof["node_count"] == len(prof["nodes"]) > 0
+    ops = {op for _, op, _, _ in prof["nodes"]}
+    assert "Add" in ops or "SimplifiedLayerNormalization" in ops, ops
+    assert list(prefix.parent.iterdir()) == []  # summed up by the worker, then removed

@@ -55,6 +55,17 @@ def command(**opts):
     return search_and_render(opts, sweep=False)
 
 
+def boundary_pair(doc: dict) -> tuple[str, str] | None:
+    """The boundary's two releases, older first (a regression's last good and first bad, a fix's last bad and
+    first good), or None where the search found none."""
+    if doc.get("status") != "found":
+        return None
+    for old, new in (("last_good", "first_bad"), ("last_bad", "first_good")):
+        if doc.get(old) and doc.get(new):
+            return doc[old], doc[new]
+    return None
+
+
 def search_and_render(opts: dict, sweep: bool) -> int:
     """One search per requested architecture, each with its own results; the tables or one JSON object."""
     from harness.vocabulary import canonical_arch
@@ -96,6 +107,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
         ProbeLines,
         blame_summary,
         dev_builds_summary,
+        profile_table,
         reduction_summary,
         rows_summary,
         run_table,
@@ -125,6 +137,12 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             if listed is not None and devbuilds.search(found, listed, observer=progress, jobs=opts["jobs"],
                                                        prefetch=opts["prefetch"]) is None:
                 err.print("--into-dev-builds: the releases show no boundary to continue from")
+            pair = boundary_pair(found.doc)
+            if plan.job.timing is not None and pair:
+                from harness.explain.profile import profile_pair
+
+                log_to_stderr(f"profiling {pair[0]} and {pair[1]}: where the time went")
+                found.doc["profile"] = profile_pair(plan, *pair)
             if opts.get("explain"):
                 # onnx and the tracer: imported only when asked for
                 from harness.explain.boundary import explain_search
@@ -168,5 +186,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             out.print(reduction_summary(doc["reduced"]))
         if "blame" in doc:
             out.print(blame_summary(doc["blame"]))
+        if "profile" in doc:
+            out.print(profile_table(doc["profile"]))
         out.print(f"[dim]results: {plan.store.dir}[/]")
     return doc

@@ -78,3 +78,26 @@ def drift_chart(rows: list, steps: list, path: Path, title: str) -> Path:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def profile_chart(prof: dict, path: Path, top: int = 8) -> Path:
+    """The boundary pair's kernel time per run of the op types that changed most (harness.explain.profile), as
+    paired horizontal bars, SVG or PNG by suffix."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = prof["ops"][:top][::-1]
+    ys = list(range(len(rows)))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.5))
+    ax.barh([y + 0.2 for y in ys], [r["old_us"] / 1e3 for r in rows], height=0.4, color="#4c72b0", label=prof["old"])
+    ax.barh([y - 0.2 for y in ys], [r["new_us"] / 1e3 for r in rows], height=0.4, color="#dd8452", label=prof["new"])
+    ax.set_yticks(ys, [r["op"] for r in rows])
+    ax.set_xlabel("kernel time per run (ms, median over warm runs)")
+    ax.set_title(f"Where the time went: {prof['old']} -> {prof['new']}")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

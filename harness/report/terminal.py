@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from harness.metrics import cosine_text
+from harness.metrics import cosine_text, ratio_text
 from harness.report.escape import printable
 from harness.summary import target_label
 
@@ -84,13 +84,19 @@ class ProbeLines:
                                f"{plain(record.get('why') or '')} ({how})")
 
 
-def ratio_text(timing: dict | None, prefix: str = "") -> str:
-    """A timed probe's ratio to its baseline with the interval: "1.231 (1.198-1.262)"; "-" without one."""
-    t = timing or {}
-    ratio, low, high = (t.get(f"{prefix}{k}") for k in ("ratio", "low", "high"))
-    if ratio is None:
-        return "-"
-    return f"{ratio:.3f}" + (f" ({low:.3f}-{high:.3f})" if low is not None else "")
+def profile_table(doc: dict) -> Group | str:
+    """The boundary pair under onnxruntime's profiler: its sentence, and the op types that changed most."""
+    if doc.get("error"):
+        return plain(f"No profile of {doc.get('old')} and {doc.get('new')}: {doc['error']}")
+    t = Table(title=f"Where the time went: kernel time per run, {plain(doc['old'])} -> {plain(doc['new'])}",
+              title_justify="left")
+    for col, just in (("op type", "left"), (plain(doc["old"]), "right"), (plain(doc["new"]), "right"),
+                      ("change", "right"), ("ratio", "right")):
+        t.add_column(col, justify=just)
+    for r in doc["ops"][:8]:
+        t.add_row(plain(r["op"]), f"{r['old_us'] / 1e3:.3f} ms", f"{r['new_us'] / 1e3:.3f} ms",
+                  f"{r['change_us'] / 1e3:+.3f} ms", f"{r['ratio']:.2f}x" if r.get("ratio") else "new")
+    return Group(plain(doc.get("message") or ""), t)
 
 
 def _number(v, fmt) -> str:

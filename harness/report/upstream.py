@@ -22,6 +22,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.metrics import ratio_text
 from harness.releases import packages
 from harness.releases.versions import parse_version
 from harness.report import escape
@@ -99,8 +100,29 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
 
     # explanation
     expl = store.document(EXPLANATION)
-    if expl is None and probe and last_good and first_bad:
+    timed = bool(predicate.timed)
+    if expl is None and probe and last_good and first_bad and not timed:  # a slowdown's why is its profile
         expl = explanation(get_plan(probed[-1]), last_good, first_bad, log=log)
+    profile = None
+    if timed and last_good and first_bad:
+        from harness.explain.profile import profile_pair
+        from harness.explain.profile import read as read_profile
+
+        pair = tuple(sorted((last_good, first_bad), key=parse_version))
+        profile = read_profile(run_dir)
+        if (profile is None or (profile["old"], profile["new"]) != pair) and probe:
+            log(f"profiling {pair[0]} and {pair[1]}")
+            profile_pair(get_plan(probed[-1]), *pair)
+            profile = read_profile(run_dir)
+        if profile is not None and (profile["old"], profile["new"]) != pair:
+            profile = None
+        if profile is not None and not profile.get("error"):
+            try:
+                from harness.report.charts import profile_chart
+
+                profile["chart"] = profile_chart(profile, run_dir / PROFILE_CHART).name
+            except ImportError:  # matplotlib is optional: the tables say it all
+                pass
 
     # options matrices and mitigation of the same model, batch and target
     from harness.triage.options import find_summaries
@@ -128,8 +150,10 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "symptom": " or ".join(dict.fromkeys(SYMPTOMS[c.kind] for c in predicate.conditions)),
         "environment": env,
         "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
-                    "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows")}
+                    "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows"),
+                    **({"timing": recs[v]["metrics"].get("timing")} if timed else {})}
                    for v in probed],
+        "profile": profile,
         "releases_in_range": [r.version for r in found.releases],
         "last_good": last_good,
         "first_bad": first_bad,
@@ -259,6 +283,32 @@ def save(run_dir: Path, doc: dict) -> Path:
     return RunStore(Path(run_dir)).save_file(REPORT, markdown(doc))
 
 
+PROFILE_CHART = "profile.svg"
+
+
+def profile_section(prof: dict) -> list[str]:
+    """"Where the time went": the boundary pair under onnxruntime's profiler, per op type and the slowest-changing
+    nodes, from the run's profile.json (read as untrusted: every value escaped)."""
+    t, code, prose = escape.md_text, escape.md_code, escape.md_prose
+    if prof.get("error"):
+        return ["### Where the time went", "", f"No profile of both releases: {t(prof['error'])}", ""]
+    old, new = t(prof["old"]), t(prof["new"])
+    chart = [f"Chart: {code(prof['chart'])} (beside the report).", ""] if prof.get("chart") else []
+    L = ["### Where the time went", "", prose(prof.get("message") or ""), "", *chart,
+         "onnxruntime's profiler (`enable_profiling`) on both releases, the median kernel time per run of each node "
+         "over warm runs, summed per op type; largest increase first.", "",
+         f"| op type | {old} | {new} | change | ratio |", "|---|---:|---:|---:|---:|"]
+    for r in prof["ops"][:10]:
+        ratio = f"{r['ratio']:.2f}x" if isinstance(r.get("ratio"), (int, float)) else "new"
+        L.append(f"| {t(r['op'])} | {r['old_us'] / 1e3:.3f} ms | {r['new_us'] / 1e3:.3f} ms | "
+                 f"{r['change_us'] / 1e3:+.3f} ms | {t(ratio)} |")
+    L += ["", f"| node | op type | {old} | {new} | change |", "|---|---|---:|---:|---:|"]
+    for r in prof["nodes"][:10]:
+        L.append(f"| {code(r['node'])} | {t(r.get('op') or '')} | {r['old_us'] / 1e3:.3f} ms | "
+                 f"{r['new_us'] / 1e3:.3f} ms | {r['change_us'] / 1e3:+.3f} ms |")
+    return [*L, ""]
+
+
 def markdown(doc: dict) -> str:
     """The report as Markdown, under REPORT_LIMIT characters: with repro.py inside it when that fits, else saying
     to attach the script. Every value of the evidence (names, versions, reasons, messages) is escaped where it
@@ -297,10 +347,21 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L.append(f"\nIt is {still} in the newest release, {t(nv['version'])} ({t(nv['why'])}).")
     elif nv.get("verdict"):  # an error or a skip says nothing of the problem
         L.append(f"\nThe newest release, {t(nv['version'])}, could not be judged ({t(nv['verdict'])}: {t(nv['why'])}).")
-    L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
+    timed = any("timing" in p for p in doc["probes"])
+    if timed:
+        L += ["", "### Verdicts", "", "| release | verdict | latency x baseline (95% interval) | median latency | "
+              "rounds | runs |", "|---|---|---:|---:|---:|---:|"]
+    else:
+        L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
     for p in doc["probes"]:
         mark = f"**{t(p['verdict'])}**" if p["version"] in (lg, fb) else t(p["verdict"])
-        L.append(f"| {t(p['version'])} | {mark} | {t(p['nan_rows'] or 0)} | {t(p['inf_rows'] or 0)} | {t(p['rows'] or 0)} |")
+        if timed:
+            tm = p.get("timing") or {}
+            ms = f"{tm['candidate_median_s'] * 1e3:.3f} ms" if tm.get("candidate_median_s") else "-"
+            L.append(f"| {t(p['version'])} | {mark} | {t(ratio_text(tm))} | {t(ms)} | {t(tm.get('rounds', '-'))} | "
+                     f"{t(tm.get('runs', '-'))} |")
+        else:
+            L.append(f"| {t(p['version'])} | {mark} | {t(p['nan_rows'] or 0)} | {t(p['inf_rows'] or 0)} | {t(p['rows'] or 0)} |")
     L += ["", f"Last good: **{t(lg)}**, first bad: **{t(fb)}**." if fb else "", ""]
     if doc.get("commits") and doc["commits"]["last_good"]:
         c = doc["commits"]
@@ -310,6 +371,8 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L += ["### What changed", "", prose(doc["explanation"]["text"]), ""]
         if doc["explanation"].get("suspect"):
             L += [f"Suspect node: {code(doc['explanation']['suspect'])}.", ""]
+    if doc.get("profile"):
+        L += profile_section(doc["profile"])
     if doc.get("blame"):
         b = doc["blame"]
         L += ["### Below the release", "", prose(b["text"]), ""]

@@ -68,6 +68,7 @@ METRICS_FIELDS: dict[str, tuple[type, ...]] = {  # harness.metrics.probe_metrics
 }
 RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "stage": (str,), "error": (str, _NONE), "outputs": (list,), "rows": (dict, _NONE), "onnxruntime": (dict,),
+    "timing": (dict,), "profile": (dict,),  # the worker's timed runs and its profile summary (explain.profile)
 }
 ROWS_FIELDS: dict[str, tuple[type, ...]] = {  # the worker's rows_summary: the batch's rows, across the outputs
     "rows": (int,), "outputs": (list,), "nan_rows": (int,), "inf_rows": (int,), "nonfinite_rows": (int,),

@@ -81,12 +81,13 @@ OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
 TRACES = "traces"  # <version>.json traces, diff-<a>-<b>.json, headroom charts
 REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.json and its probes
+PROFILE = "profile.json"  # the slowdown boundary pair under onnxruntime's profiler (harness.explain.profile)
 BLAME = "blame"  # below the release: its probes, each release's optimized graph and session log, blame.json
 COMPARE = "compare"  # compare.json, and the `triage` of its run's key
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 # remade from the whole evidence (compare.json from its pairs' runs): merge keeps the newer copy (mtime)
-SIDE_FILES = (REPORT, REPRO, REPRO_BATCH, f"{COMPARE}.json")
+SIDE_FILES = (REPORT, REPRO, REPRO_BATCH, f"{COMPARE}.json", PROFILE)
 
 
 def read_manifest(run_dir: Path) -> dict:
