@@ -279,3 +279,22 @@ def test_the_worker_profiles_warm_runs_per_node_and_leaves_no_profile_file(env, 
     ops = {op for _, op, _, _ in prof["nodes"]}
     assert "Add" in ops or "SimplifiedLayerNormalization" in ops, ops
     assert list(prefix.parent.iterdir()) == []  # summed up by the worker, then removed
+
+
+def test_the_nightly_follows_latency_as_the_ratio_to_its_baseline_and_names_only_steps_outside_the_noise():
+    from types import SimpleNamespace
+
+    from harness.report.overview import cost_of, cost_steps
+
+    recs = {"1.0": timed_record(1.0, seed=1), "1.1": timed_record(1.02, seed=2), "1.2": timed_record(1.5, seed=3),
+            "1.3": timed_record(1.52, seed=4)}
+    for v, rec in recs.items():
+        rec["result"]["peak_rss_mb"] = {"1.0": 300.0, "1.1": 301.0, "1.2": 302.0, "1.3": 420.0}[v]
+    row = SimpleNamespace(margins={v: cost_of(r) for v, r in recs.items()})
+    assert row.margins["1.2"]["latency_ratio"] == pytest.approx(1.5, rel=0.03)
+    assert row.margins["1.2"]["latency_ms"] == pytest.approx(15.0, rel=0.05)
+    assert [(a, b) for a, b, _ in cost_steps(row, "latency_ratio")] == [("1.1", "1.2")]  # 1.5 vs 1.52: one level
+    assert [(a, b) for a, b, _ in cost_steps(row, "rss_mb")] == [("1.2", "1.3")]
+    noisy = SimpleNamespace(margins={**row.margins, "1.2": {**row.margins["1.2"], "latency_low": 0.9}})
+    assert cost_steps(noisy, "latency_ratio") == []  # intervals that overlap make no step
+    assert cost_of({"status": "ran", "result": {"peak_rss_mb": "lots"}}) == {}

@@ -58,6 +58,7 @@ from harness.report.overview import (
     changes,
     close_to_ceiling,
     collect,
+    cost_steps,
     divergences,
     left_out_label,
     left_out_words,
@@ -372,7 +373,34 @@ def _margins_html(r: Row, versions: list[str], threshold: float = MARGIN_THRESHO
         last = cos[max(cos, key=vkey)]
         out.append(f'<br>{sparkline(versions, dist, "1 - worst cosine to the reference", max([1e-6, *finite]))} '
                    f'<span title="worst cosine of the newest release">cos {e(cosine_text(last) if math.isfinite(last) else _fmt(last))}</span>')
+    out += _costs_html(r, versions)
     return "".join(out) or '<span class="note">no numbers</span>'
+
+
+def _costs_html(r: Row, versions: list[str]) -> list[str]:
+    """Latency (timed probes: median ms, with the ratio to their baseline) and the worker's peak memory per
+    release, beside the margin, with their steps named (release before -> release, ratio)."""
+    out = []
+    # latency as the ratio to the probe's baseline, measured interleaved: absolute times of probes made at
+    # different moments of a shared machine move more than the releases do
+    for key, label, unit, short in (("latency_ratio", "latency over the baseline's (median of interleaved rounds)",
+                                     "x", "lat"),
+                                    ("rss_mb", "peak resident memory of the probe's worker", "MB", "mem")):
+        values = {v: r.margins[v][key] for v in versions if (r.margins.get(v) or {}).get(key) is not None}
+        if not values:
+            continue
+        notes = {v: f"{_fmt(x, 4)} {unit}" + (f" ({_fmt(r.margins[v]['latency_ms'], 4)} ms)"
+                                              if key == "latency_ratio" and r.margins[v].get("latency_ms") else "")
+                 for v, x in values.items()}
+        steps = cost_steps(r, key)
+        said = "; ".join(f"{a} -> {b} x{x:.2f}" for a, b, x in steps)
+        last_v = max(values, key=vkey)
+        out.append(f'<br>{sparkline(versions, values, label, max(values.values()) * 1.1, notes=notes)} '
+                   f'<span title="{e(label)} of the newest release, {e(last_v)}: {e(notes[last_v])}'
+                   f'{e("; steps: " + said) if said else ""}">{short} {e(_fmt(values[last_v], 3))} {unit}</span>')
+        if steps:
+            out.append(f' <span class="note" title="{e(said)}">{len(steps)} step{"s" if len(steps) > 1 else ""}</span>')
+    return out
 
 
 def _boundary_html(r: Row, report_href: str | None) -> str:

@@ -52,6 +52,7 @@ from harness.results.store import (
     read_manifest,
 )
 from harness.runners import PROVENANCE_KEYS
+from harness.verdicts import metrics_of
 
 DEFAULT_PREDICATE = "nan-or-inf"
 TARGET_EXTRA = ("package", "ep", "providers")  # what a record's provenance may name beyond the run key
@@ -240,7 +241,45 @@ def margins_of(record: dict) -> dict:
     if nonfinite and out["headroom"] is not None:
         out["headroom"] = math.inf  # max |x| is taken over finite values: a NaN row is past the ceiling
     out.update(internal_margin(record))
+    out.update(cost_of(record))
     return out
+
+
+def cost_of(record: dict) -> dict:
+    """What the probe cost the release: `latency_ms` (the median of its timed runs, where it was timed against a
+    baseline) with `latency_ratio` to that baseline, and `rss_mb`, the worker's peak resident memory."""
+    out: dict = {}
+    t = metrics_of(record).get("timing") or {}
+    if isinstance(t.get("candidate_median_s"), float):
+        out["latency_ms"] = 1e3 * t["candidate_median_s"]
+        out["latency_ratio"] = _number(t.get("ratio"))
+        out["latency_low"], out["latency_high"] = _number(t.get("low")), _number(t.get("high"))
+    rss = (record.get("result") or {}).get("peak_rss_mb")
+    if _number(rss) is not None and math.isfinite(rss) and rss > 0:
+        out["rss_mb"] = float(rss)
+    return out
+
+
+COST_STEP = 0.10  # a release's latency or memory 10% above or below the previous release's is a step
+
+
+def cost_steps(r: Row, key: str, threshold: float = COST_STEP) -> list[tuple[str, str, float]]:
+    """(previous release, release, ratio) wherever `key` (latency_ratio, rss_mb) moved by more than `threshold`
+    between consecutive releases that have it, in version order: named like `drift` names its steps."""
+    known = [(v, (r.margins.get(v) or {}).get(key)) for v in sorted(r.margins, key=vkey)]
+    known = [(v, x) for v, x in known if x is not None]
+
+    def apart(a: str, b: str) -> bool:
+        """A latency step is one only where the two releases' intervals do not overlap."""
+        if key != "latency_ratio":
+            return True
+        ma, mb = r.margins[a], r.margins[b]
+        if None in (ma.get("latency_low"), ma.get("latency_high"), mb.get("latency_low"), mb.get("latency_high")):
+            return False
+        return mb["latency_low"] > ma["latency_high"] or mb["latency_high"] < ma["latency_low"]
+
+    return [(a, b, y / x) for (a, x), (b, y) in zip(known, known[1:])
+            if x > 0 and abs(y / x - 1) > threshold and apart(a, b)]
 
 
 def internal_margin(record: dict) -> dict:
