@@ -140,6 +140,7 @@ def test_the_page_draws_the_margin_names_its_tensor_and_marks_a_row_close_to_the
     grid = json.loads((tmp_path / "site" / "dashboard.json").read_text())
     (row,) = grid.values()
     assert row["close_to_ceiling"] == ["1.20.0"] and row["margins"]["1.21.0"]["margin"] is None  # past: no finite size
+    assert row["margins"]["1.21.0"]["past_ceiling"] is True and "past_ceiling" not in row["margins"]["1.20.0"]
     moves = json.loads((tmp_path / "site" / "changes.json").read_text())["margin_moves"]
     assert [(m[1], m[2]) for m in moves] == [("1.19.2", "1.20.0"), ("1.20.0", "1.21.0")]
     # above the threshold the same row is not marked

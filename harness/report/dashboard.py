@@ -85,10 +85,12 @@ from harness.results.store import (
 )
 
 VERDICT_COLOURS = {"good": "#2e7d32", "bad": "#c62828", "skip": "#f9a825", "error": "#8e24aa",
-                   "crash": "#6a1b9a", "timeout": "#ad1457"}
-SYMBOLS = {"good": "✓", "bad": "✗", "skip": "–", "error": "!", "crash": "‼", "timeout": "◔"}
+                   "crash": "#6a1b9a", "timeout": "#ad1457", "nondeterministic": "#00838f", "inconclusive": "#757575"}
+SYMBOLS = {"good": "✓", "bad": "✗", "skip": "–", "error": "!", "crash": "‼", "timeout": "◔", "nondeterministic": "≠",
+           "inconclusive": "?"}
 WORDS = {"good": "good", "bad": "bad", "skip": "skip (no wheel for the target)", "error": "error", "crash": "crash",
-         "timeout": "timeout"}
+         "timeout": "timeout", "nondeterministic": "nondeterministic",
+         "inconclusive": "inconclusive (a slowdown's interval holds its bound)"}
 JUDGED = ("good", "bad")
 
 
@@ -251,7 +253,7 @@ table.grid{border-collapse:collapse;font-size:12px}
 .grid td.v{color:#fff;min-width:2.2em}
 .grid td.none{background:#f3f3f3;color:#999}
 .v.good{background:#2e7d32}.v.bad{background:#c62828}.v.skip{background:#f9a825;color:#222}
-.v.error{background:#8e24aa}.v.crash{background:#6a1b9a}.v.timeout{background:#ad1457}
+.v.error{background:#8e24aa}.v.crash{background:#6a1b9a}.v.timeout{background:#ad1457}.v.nondeterministic{background:#00838f}.v.inconclusive{background:#757575}
 td.first-bad{outline:3px solid #111;outline-offset:-3px;font-weight:bold}
 td.first-bad::before{content:"▶";font-size:9px}
 td.v a{color:inherit}
@@ -663,8 +665,11 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
                         "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
                         "reference": reference_words(r.reference), "skipped": r.skipped,
                         "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
-                        "margins": {v: {k: x if isinstance(x, str) or x is None else _json_number(x)
-                                        for k, x in m.items()} for v, m in r.margins.items()},
+                        # JSON has no infinity: a margin past the ceiling is null with `past_ceiling` said
+                        "margins": {v: {**{k: x if isinstance(x, str) or x is None else _json_number(x)
+                                           for k, x in m.items()},
+                                        **({"past_ceiling": True} if m.get("margin") == math.inf else {})}
+                                    for v, m in r.margins.items()},
                         "close_to_ceiling": close_to_ceiling(r, threshold),
                         "report": f"data/{r.run_id}/{r.report}" if r.report else None} for r in rows}
         write_inside(site, site / "dashboard.json", json.dumps(grid, indent=1, sort_keys=True))
