@@ -167,9 +167,11 @@ def _positive_numbers(xs, limit: int) -> list[float] | None:
     return [float(x) for x in xs]
 
 
-def median_interval(samples: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:
+def median_interval(samples: list[float], confidence: float | None = None) -> tuple[float, float, float] | None:
     """(low, high, coverage) of the sign test's interval for the median of `samples`, or None when there are too
-    few for `confidence` (six at 95%: the smallest and largest of six cover the median 96.9% of the time)."""
+    few for `confidence` (default CONFIDENCE; six at 95%: the smallest and largest of six cover the median 96.9%
+    of the time)."""
+    confidence = CONFIDENCE if confidence is None else confidence
     x = sorted(samples)
     n = len(x)
     k, below, coverage = 0, 0.0, 0.0

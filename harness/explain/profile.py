@@ -13,7 +13,9 @@ import dataclasses
 import json
 import math
 
+from harness.metrics import timing_summary
 from harness.probe import Prober
+from harness.results.history import latest_by_version, own_records
 from harness.results.store import PROFILE, write_atomic
 
 SERIES = "profile"
@@ -61,17 +63,40 @@ def lined_up(old: dict[str, tuple[str, float]], new: dict[str, tuple[str, float]
 
 
 def sentence(doc: dict) -> str:
-    """The one line a report leads with: the op type that gained most, its share of the change."""
+    """The one line a report leads with: the op type that gained most, its share of the change; where the runs
+    got slower but the kernels did not, that the time went outside them (the session's own work per run)."""
     ops = doc.get("ops") or []
     change = doc["new_total_us"] - doc["old_total_us"]
+    run = doc.get("run_us") or {}
+    old_run, new_run = run.get(doc["old"]), run.get(doc["new"])
+    outside = ""
+    if old_run and new_run and new_run - old_run > max(change, 0.0) * 2:
+        outside = (f" Timed without the profiler a run took {_time(old_run)} -> {_time(new_run)}: most of "
+                   "the increase is outside the kernels (the session's own work per run).")
     if not ops or change <= 0:
         return (f"Kernel time per run {doc['old_total_us'] / 1e3:.2f} ms on {doc['old']} and "
-                f"{doc['new_total_us'] / 1e3:.2f} ms on {doc['new']}: no op type got slower.")
+                f"{doc['new_total_us'] / 1e3:.2f} ms on {doc['new']}: no op type got slower.{outside}")
     top = ops[0]
     ratio = f" ({top['ratio']:.2f}x)" if top.get("ratio") else " (new)"
     return (f"Kernel time per run went from {doc['old_total_us'] / 1e3:.2f} ms on {doc['old']} to "
             f"{doc['new_total_us'] / 1e3:.2f} ms on {doc['new']}; {top['op']} took {top['old_us'] / 1e3:.2f} -> "
-            f"{top['new_us'] / 1e3:.2f} ms{ratio}, {100 * top['change_us'] / change:.0f}% of the increase.")
+            f"{top['new_us'] / 1e3:.2f} ms{ratio}, {100 * top['change_us'] / change:.0f}% of the increase.{outside}")
+
+
+def _time(us: float) -> str:
+    return f"{us / 1e3:.3f} ms" if us >= 1000 else f"{us:.1f} us"
+
+
+def timed_medians_us(store, versions) -> dict[str, float]:
+    """Each release's median latency (microseconds) as the search timed it, without the profiler (whose own
+    cost per node hides a change in the session's work around the kernels)."""
+    newest = latest_by_version(own_records(store.records()))
+    out = {}
+    for v in versions:
+        t = timing_summary((newest.get(v) or {}).get("timing"))
+        if t and t.get("candidate_median_s"):
+            out[v] = 1e6 * t["candidate_median_s"]
+    return out
 
 
 def profile_pair(plan, old: str, new: str, observer=None) -> dict:
@@ -94,6 +119,7 @@ def profile_pair(plan, old: str, new: str, observer=None) -> dict:
     else:
         doc.update(lined_up(a, b))
         doc["runs"] = {v: ((records[v].get("result") or {}).get("profile") or {}).get("runs") for v in (old, new)}
+        doc["run_us"] = timed_medians_us(plan.store, (old, new))
         doc["message"] = sentence(doc)
     write_atomic(plan.store.dir / PROFILE, json.dumps(doc, indent=1))
     return doc

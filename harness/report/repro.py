@@ -57,7 +57,7 @@ ARRAY_PARTS = ("reduced_inputs", "full_inputs", "full_reference")
 # so the repro's numbers are the run's (worker.rows_summary and verdicts.rows_summary share a name).
 MEASURED_WITH = ((worker.output_stats, "output_stats"), (worker.rows_summary, "rows_summary"),
                  (verdicts.rows_summary, "row_counts"), (metrics.probe_metrics, "probe_metrics"),
-                 (verdicts._measure, "measure"))
+                 (verdicts._measure, "measure"), (metrics.timing_summary, "timing_summary"))
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -260,7 +260,7 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     return f'''\
 """{doc}
 """
-import base64, hashlib, io, os, subprocess, sys
+import base64, hashlib, io, json, math, os, subprocess, sys, time
 import numpy as np
 import onnxruntime as ort
 
@@ -345,7 +345,63 @@ def crashed(argv):
     return child.returncode
 
 
+TIMED_CONDITIONS = [c for c in CONDITIONS if c[0] in ("slower", "rss")]  # judged against a baseline release, in rounds
+ROUNDS = 8
+
+
+def timed_child(sess, names, feeds):
+    """One side of one round: warm-up runs, then the batch again and again for a second (at least 3 runs); the
+    latencies and this process's peak memory, as one JSON line for the parent."""
+    import resource
+
+    for _ in range(3):
+        sess.run(names, feeds)
+    runs, until = [], time.perf_counter() + 1.0
+    while len(runs) < 3 or (time.perf_counter() < until and len(runs) < 400):
+        t = time.perf_counter()
+        sess.run(names, feeds)
+        runs.append(time.perf_counter() - t)
+    print(json.dumps({{"version": ort.__version__, "latencies": runs,
+                      "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}}))
+    return 0
+
+
+def timed_verdict(argv):
+    """A slowdown is a comparison: this script runs under this Python and under the baseline's (--baseline
+    PYTHON, a Python with the good release installed), in fresh processes, in turn, ROUNDS rounds; judged on
+    the median ratio of the rounds and its interval, as the harness judges it."""
+    i = argv.index("--baseline")
+    if i + 1 >= len(argv):
+        no_verdict("--baseline PYTHON: a Python with the good onnxruntime release installed")
+    baseline, rest = argv[i + 1], argv[:i] + argv[i + 2:]
+    rounds, versions = [], {{}}
+    for n in range(ROUNDS):
+        got = {{}}
+        for side, python in ((("baseline", baseline), ("candidate", sys.executable)) if n % 2 == 0 else
+                             (("candidate", sys.executable), ("baseline", baseline))):
+            child = subprocess.run([python, os.path.abspath(__file__)] + rest[1:], capture_output=True, text=True,
+                                   env=dict(os.environ, REPRO_TIMED="1"))
+            if child.returncode != 0:
+                no_verdict("the %s (%s) did not run: %s" % (side, python, (child.stderr or child.stdout)[-300:]))
+            got[side] = json.loads(child.stdout.strip().splitlines()[-1])
+            versions[side] = got[side]["version"]
+        rounds.append({{"baseline_s": got["baseline"]["latencies"], "candidate_s": got["candidate"]["latencies"],
+                       "baseline_rss_mb": got["baseline"]["rss_mb"], "candidate_rss_mb": got["candidate"]["rss_mb"]}})
+    m = {{"timing": timing_summary({{"baseline": versions["baseline"], "rounds": rounds}})}}
+    measured = [measure(condition(kind, bound, floor), {{}}, m) for kind, bound, floor in TIMED_CONDITIONS]
+    held = [what for holds, what in measured if holds is True]
+    verdict = "bad" if held else ("good" if all(holds is False for holds, _ in measured) else "inconclusive")
+    print("onnxruntime %s against %s: %s (%s)" % (versions["candidate"], versions["baseline"], verdict,
+                                                  "; ".join(held or [what for _, what in measured])))
+    return {{"good": 0, "bad": 1}}.get(verdict, 2)
+
+
 def main(argv):
+    if TIMED_CONDITIONS and not os.environ.get("REPRO_TIMED"):
+        if "--baseline" not in argv:
+            no_verdict("a slowdown is measured against the good release: python %s --baseline PYTHON (a Python "
+                       "with the good onnxruntime release installed; add --full for the full model)" % sys.argv[0])
+        return timed_verdict(argv)
     if any(kind == "crash" for kind, *_ in CONDITIONS) and not os.environ.get("REPRO_CHILD"):
         return crashed(argv)
     full = "--full" in argv or (REDUCED_MODEL_B64 is None and not (ATTACHED and "reduced_model" in ATTACHED["parts"]))
@@ -382,6 +438,8 @@ def main(argv):
                   % (PROVIDERS[0][0], ", ".join(sess.get_providers())), file=sys.stderr)
             return 2
         names = outputs or [o.name for o in sess.get_outputs()]
+        if os.environ.get("REPRO_TIMED"):
+            return timed_child(sess, names, feeds)
         values = sess.run(names, feeds)
     except Exception as exc:  # the model fails to load or run on this release
         why = str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__

@@ -420,6 +420,10 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     commands = [f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
     if r["reduced"]:
         commands.append("python repro.py                 # the reduced model")
+    if timed and lg:  # a slowdown is a comparison: the script times both releases in turn
+        commands = [*commands[:1], f"python -m venv good && good/bin/pip install onnxruntime=={lg} numpy"]
+        full = full.replace("python repro.py --full", "python repro.py --baseline good/bin/python --full", 1)
+        full = full.replace("   # ", "   # timed against the good release, in turn; ", 1)
     L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
