@@ -345,7 +345,7 @@ def crashed(argv):
     return child.returncode
 
 
-TIMED_CONDITIONS = [c for c in CONDITIONS if c[0] in ("slower", "rss")]  # judged against a baseline release, in rounds
+TIMED_CONDITIONS = {lit([c for c in conditions if c[0] in verdicts.TIMED])}  # judged against a baseline release, in rounds
 ROUNDS = 8
 
 
