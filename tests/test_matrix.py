@@ -607,3 +607,23 @@ def test_a_fewest_rows_cell_is_the_search_of_run_rows_fewest(bisect, cache_dir, 
                results=results)
     assert r.returncode == 0, r.stderr
     assert r.json()["run_id"] == doc["run_id"] and r.json()["rows"]["searches"] == doc["rows"]["searches"]
+
+
+def test_a_slowdown_matrix_gives_its_cells_the_time_budget_and_refuses_a_bad_one(tiny):
+    from harness.nightly.cells import spec_for
+
+    path = tiny / "slow.toml"
+    path.write_text('releases = { from = "1.20.0", to = "1.21.1" }\nbad_if = "slower>1.3"\ntime_budget = 20\n'
+                    f'{ONE_MODEL}{NATIVE_TARGET}')
+    (cell,) = matrix.load(path).cells
+    spec = spec_for(cell, "1.20.0", "1.21.1", tiny, tiny / "results", False)
+    assert (cell.bad_if, spec.time_budget) == ("slower>1.3", 20.0)
+    keys = []
+    for extra in ("", "time_budget = 60\n", "time_budget = 20\n"):
+        other = tiny / "other.toml"
+        other.write_text(f'releases = {{ from = "1.20.0", to = "1.21.1" }}\n{extra}{ONE_MODEL}{NATIVE_TARGET}')
+        keys.append(matrix.load(other).cells[0].key)
+    assert keys[0] == keys[1] != keys[2]  # the default adds nothing to the keys of cells written before it
+    path.write_text(path.read_text().replace("time_budget = 20", "time_budget = 0"))
+    with pytest.raises(UsageError, match="time_budget 0: give a finite number of seconds"):
+        matrix.load(path)

@@ -52,6 +52,7 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
         cache_dir=cache_dir, offline=offline, results_dir=results_dir, timeout=cell.timeout, bad_if=cell.bad_if,
         reference=cell.reference, reference_release=cell.reference_release, session_options=dict(cell.options),
         package=cell.package_of(), margin=True,  # the dashboard's margin per release
+        time_budget=cell.time_budget,
     )
 
 

@@ -21,6 +21,7 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     # reference_release = "1.23.2"        # ... or the outputs of a release (--reference-release)
     rows = "fewest"                       # optional, as --rows: all | fewest (mode bisect only)
     timeout = 600                         # optional, seconds per probe (default: as --timeout's)
+    time_budget = 60                      # optional, as --time-budget: seconds a slower>R / rss>R probe re-measures
     python = "3.11"                       # optional, Python of the probe environments (MAJOR.MINOR)
 
     [[models]]
@@ -86,7 +87,7 @@ from harness.vocabulary import (
 )
 
 QUESTION_KEYS = {"bad_if", "reference", "reference_release", "rows"}  # at the top, or a model's own
-TOP_KEYS = {"description", "mode", "releases", "timeout", "python", "models", "targets", "providers", "options",
+TOP_KEYS = {"description", "mode", "releases", "timeout", "time_budget", "python", "models", "targets", "providers", "options",
             *QUESTION_KEYS}
 MODEL_KEYS = {"name", "path", "inputs", "outputs", *QUESTION_KEYS}
 TARGET_KEYS = {"arch", "backend", "cpu", "cpus"}
@@ -101,7 +102,7 @@ RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
 # What a cell adds to its key only when it is not the default, so the cells of files written before these keys
 # keep their keys (and the run documents under cells/ their names).
 CELL_DEFAULTS = {"package": DEFAULT_PACKAGE, "ep": DEFAULT_EP, "ep_options": {}, "reference": None,
-                 "reference_release": None, "rows": "all"}
+                 "reference_release": None, "rows": "all", "time_budget": 60.0}
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,7 @@ class Cell:
     reference: str | None = None  # "fp32", or an absolute path to an .npz file
     reference_release: str | None = None
     rows: str = "all"  # all | fewest
+    time_budget: float = 60.0  # seconds a timed probe (slower, rss) may re-measure
 
     @property
     def model_label(self) -> str:
@@ -439,6 +441,7 @@ def load(path: Path) -> Matrix:
 
     try:  # the rules of --timeout and --python, spelt as the file's keys
         timeout = request.seconds(doc["timeout"], "timeout") if "timeout" in doc else None
+        time_budget = request.seconds(doc["time_budget"], "time_budget") if "time_budget" in doc else 60.0
     except UsageError as exc:
         _fail(path, str(exc))
     python = doc.get("python", f"{sys.version_info.major}.{sys.version_info.minor}")
@@ -471,7 +474,8 @@ def load(path: Path) -> Matrix:
                     for mode in modes:
                         cell = Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode,
                                     own_range or releases, bad_if, timeout, python, pkg.name, pkg.ep,
-                                    dict(pkg.ep_options), label, reference, reference_release, rows)
+                                    dict(pkg.ep_options), label, reference, reference_release, rows,
+                                    float(time_budget))
                         if cell.key in seen:  # one search twice: an arch and its alias, a model listed twice, ...
                             _fail(path, f"cells {seen[cell.key]} and {cell.index} are the same search ({cell.name}): "
                                         "list each model, target (amd64 is x86_64, arm64 is aarch64), provider, "
