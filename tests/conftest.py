@@ -44,6 +44,20 @@ def fresh_python(cache_dir):
 
 
 @pytest.fixture(scope="session")
+def env(cache_dir):
+    """(runner, environment) of onnxruntime 1.19.2 on this machine's arch: the worker tests' release."""
+    import platform
+
+    from harness.releases.versions import Release, Target
+    from harness.runners.uv import UvRunner
+
+    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
+    version = "1.19.2"
+    release = Release(version, [f"onnxruntime-{version}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"])
+    return runner, runner.prepare(release)
+
+
+@pytest.fixture(scope="session")
 def listing(cache_dir) -> Path:
     """The cache's release listing directory, fetched once if this cache has none yet."""
     from harness.request import release_listing

@@ -12,19 +12,12 @@ import numpy as np
 import pytest
 
 import harness.runners.workers as workers
-from harness.releases.versions import Release, Target
+from harness.releases.versions import Target
 from harness.runners.uv import UvRunner
 from harness.runners.workers import reusing_workers
 
 pytestmark = pytest.mark.release
 VERSION = "1.19.2"
-
-
-@pytest.fixture(scope="module")
-def env(cache_dir):
-    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
-    release = Release(VERSION, [f"onnxruntime-{VERSION}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"])
-    return runner, runner.prepare(release)
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,6 @@ two live workers and the pinning run real releases."""
 from __future__ import annotations
 
 import json
-import platform
 
 import builders
 import numpy as np
@@ -164,19 +163,6 @@ def test_the_fix_mode_baseline_is_the_good_end(tmp_path):
 
 
 # --- real releases --------------------------------------------------------------------------------------------
-
-VERSION = "1.19.2"
-
-
-@pytest.fixture(scope="module")
-def env(cache_dir):
-    from harness.releases.versions import Release, Target
-    from harness.runners.uv import UvRunner
-
-    runner = UvRunner(Target(platform.machine(), "3.11"), cache_dir)
-    release = Release(VERSION, [f"onnxruntime-{VERSION}-cp311-cp311-manylinux_2_27_{platform.machine()}.whl"])
-    return runner, runner.prepare(release)
-
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
