@@ -627,3 +627,27 @@ def test_a_slowdown_matrix_gives_its_cells_the_time_budget_and_refuses_a_bad_one
     path.write_text(path.read_text().replace("time_budget = 20", "time_budget = 0"))
     with pytest.raises(UsageError, match="time_budget 0: give a finite number of seconds"):
         matrix.load(path)
+
+
+def test_a_provider_entry_takes_the_package_sources_run_takes(tiny):
+    """index_url, find_links (relative to the matrix file) and pre reach each cell's package as --index-url,
+    --find-links and --pre give them; a cell without them keeps the key it had."""
+    from harness.nightly.cells import spec_for
+
+    (tiny / "wheels").mkdir(exist_ok=True)
+    path = tiny / "sources.toml"
+    head = f'releases = {{ from = "1.20.0", to = "1.21.1" }}\n{ONE_MODEL}{NATIVE_TARGET}'
+    path.write_text(head + '[[providers]]\npackage = "onnxruntime"\nindex_url = "https://example.org/simple/"\n'
+                    'find_links = ["wheels"]\npre = true\n[[providers]]\npackage = "onnxruntime"\n')
+    with_sources, plain = matrix.load(path).cells
+    pkg = spec_for(with_sources, "1.20.0", "1.21.1", tiny, tiny / "r", False).package
+    assert pkg.index_urls == ("https://example.org/simple",) and pkg.find_links == (str((tiny / "wheels").resolve()),)
+    assert pkg.pre is True and plain.package_of().sources == () and plain.package_of().pre is False
+    bare = tiny / "bare.toml"
+    bare.write_text(head)
+    assert matrix.load(bare).cells[0].key == plain.key
+    for bad, said in (('pre = "yes"', "pre 'yes': expected true or false"),
+                      ("find_links = [1]", "find_links [1]: give a text or a list of them")):
+        path.write_text(head + f'[[providers]]\npackage = "onnxruntime"\n{bad}\n')
+        with pytest.raises(UsageError, match=re.escape(said)):
+            matrix.load(path)

@@ -227,6 +227,25 @@ def test_a_bisection_over_development_builds_names_the_first_bad_one(bisect, dev
     assert all(rec["provenance"]["find_links"] == [str(dev_builds["links"])] for rec in recs)
 
 
+@X86
+def test_a_matrix_cell_bisects_development_builds_from_its_find_links(bisect, dev_builds, residual_norm, results,
+                                                                      tmp_path):
+    """The [[providers]] entry's find_links and pre list the builds for the cell, as --find-links --pre do."""
+    import json as json_mod
+
+    from test_matrix import ob
+
+    model, batch = residual_norm
+    m = tmp_path / "dev.toml"
+    m.write_text(f'mode = "bisect"\nreleases = {{ from = "1.20.0.dev1", to = "1.20.0.dev4" }}\n'
+                 f'[[models]]\npath = "{model}"\ninputs = "{batch}"\n[[targets]]\narch = "x86_64"\n'
+                 f'[[providers]]\npackage = "onnxruntime"\nfind_links = "{dev_builds["links"]}"\npre = true\n')
+    r = ob("matrix", "run", str(m), "--cache-dir", bisect.cache_dir, "--results-dir", str(tmp_path / "res"), "--json")
+    assert r.returncode == 0, r.stderr
+    (doc,) = json_mod.loads(r.stdout)["cells"]
+    assert (doc["last_good"], doc["first_bad"]) == ("1.20.0.dev2", "1.20.0.dev3"), doc.get("message")
+
+
 @pytest.fixture(scope="module")
 def served_index(dev_builds):
     """The simple index of the test cache served over http on 127.0.0.1 (python -m http.server), ended by PID."""

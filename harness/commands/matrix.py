@@ -62,7 +62,14 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused. A cell whose provider
     needs a device this host lacks (CUDA without a GPU) is skipped with the reason, not failed."""
     from harness.errors import EnvironmentSkip, UsageError
-    from harness.nightly.cells import check_cell, listings, run_cell, select, skip_cell
+    from harness.nightly.cells import (
+        check_cell,
+        listing_key,
+        listings,
+        run_cell,
+        select,
+        skip_cell,
+    )
     from harness.nightly.matrix import load, resolve_range
     from harness.report.terminal import ProbeLines
 
@@ -70,11 +77,11 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
     chosen = select(m, tuple(cell))
     listing = listings(chosen, cache_dir, offline)
     for c in chosen:  # an empty range is a mistake in the file: refuse before any probe
-        resolve_range(c.releases, listing[c.package])
+        resolve_range(c.releases, listing[listing_key(c)])
     docs, failed, ready, skips = [], [], [], []
     for c in chosen:  # every cell's request is checked before the first probe of any
         try:
-            ready.append((c, check_cell(c, listing[c.package], cache_dir, results_dir, offline, refresh)))
+            ready.append((c, check_cell(c, listing[listing_key(c)], cache_dir, results_dir, offline, refresh)))
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise
@@ -83,14 +90,14 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
     for c, why in ready:
         err.print(f"[bold]cell {c.index}[/]: {escape(c.name)}")
         if why:  # this host cannot run it (no GPU for CUDA): its run document says why, for the dashboard
-            docs.append(skip_cell(m, c, why, cache_dir, results_dir, offline, listing[c.package], sys.argv).doc)
+            docs.append(skip_cell(m, c, why, cache_dir, results_dir, offline, listing[listing_key(c)], sys.argv).doc)
             skips.append({"cell": c.index, "name": c.name, "why": why})
             err.print(f"  [yellow]skipped:[/] {escape(why)}")
             continue
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
                            observer=ProbeLines(err, f"  [{c.index}]", spinner=False),
-                           log=log_to_stderr, listing=listing[c.package], command=sys.argv)
+                           log=log_to_stderr, listing=listing[listing_key(c)], command=sys.argv)
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise

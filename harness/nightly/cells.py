@@ -56,14 +56,21 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
     )
 
 
-def listings(cells: list[Cell], cache_dir: Path, offline: bool = False) -> dict[str, list]:
-    """The release listing of each package the cells install (each package ships its own releases)."""
+def listing_key(cell: Cell) -> tuple:
+    """What a cell's release listing depends on: its package, the indexes and links it is listed from, --pre."""
+    return (cell.package, tuple(cell.index_urls), tuple(cell.find_links), cell.pre)
+
+
+def listings(cells: list[Cell], cache_dir: Path, offline: bool = False) -> dict[tuple, list]:
+    """The release listing of each package (and its sources) the cells install, by `listing_key`: each package
+    ships its own releases, and another index or --pre lists others."""
     from harness.request import release_listing
 
-    out: dict[str, list] = {}
+    out: dict[tuple, list] = {}
     for c in cells:
-        if c.package not in out:
-            out[c.package] = release_listing(cache_dir, offline, Package(name=c.package))
+        if listing_key(c) not in out:
+            out[listing_key(c)] = release_listing(cache_dir, offline, Package(
+                name=c.package, index_urls=tuple(c.index_urls), find_links=tuple(c.find_links), pre=c.pre))
     return out
 
 

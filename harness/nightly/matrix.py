@@ -43,6 +43,9 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     ep_options = { device_type = "CPU" }  # optional, as --ep-option KEY=VALUE (not for the CPU provider)
     name = "openvino-cpu"                 # optional: the cell's label
     releases = { from = "1.23.0", to = "1.24.1" }  # optional: the package's own range (it ships other releases)
+    # index_url = "https://example.org/simple"   # optional, as --index-url (a text or a list)
+    # find_links = ["wheels/"]                    # optional, as --find-links (relative to the matrix file)
+    # pre = true                                  # optional, as --pre: development builds and pre-releases
 
     [[options]]                           # optional: one cell per set (default: onnxruntime's defaults)
     graph_optimization_level = "all"      # disable | basic | extended | layout | all
@@ -91,7 +94,7 @@ TOP_KEYS = {"description", "mode", "releases", "timeout", "time_budget", "python
             *QUESTION_KEYS}
 MODEL_KEYS = {"name", "path", "inputs", "outputs", *QUESTION_KEYS}
 TARGET_KEYS = {"arch", "backend", "cpu", "cpus"}
-PROVIDER_KEYS = {"package", "ep", "ep_options", "name", "releases"}
+PROVIDER_KEYS = {"package", "ep", "ep_options", "name", "releases", "index_url", "find_links", "pre"}
 RANGE_KEYS = {"since", "from", "to"}
 OPTION_KEYS = {"graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode"}
 MODES = ("bisect", "sweep")
@@ -102,7 +105,8 @@ RUNNERS = {"x86_64": "ubuntu-latest", "aarch64": "ubuntu-24.04-arm"}
 # What a cell adds to its key only when it is not the default, so the cells of files written before these keys
 # keep their keys (and the run documents under cells/ their names).
 CELL_DEFAULTS = {"package": DEFAULT_PACKAGE, "ep": DEFAULT_EP, "ep_options": {}, "reference": None,
-                 "reference_release": None, "rows": "all", "time_budget": 60.0}
+                 "reference_release": None, "rows": "all", "time_budget": 60.0, "index_urls": (), "find_links": (),
+                 "pre": False}
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,9 @@ class Cell:
     reference_release: str | None = None
     rows: str = "all"  # all | fewest
     time_budget: float = 60.0  # seconds a timed probe (slower, rss) may re-measure
+    index_urls: tuple[str, ...] = ()  # as --index-url: indexes searched before uv's configured one
+    find_links: tuple[str, ...] = ()  # as --find-links: wheel directories (absolute) or pages of links
+    pre: bool = False  # as --pre: development builds and pre-releases listed too
 
     @property
     def model_label(self) -> str:
@@ -142,7 +149,8 @@ class Cell:
 
     def package_of(self) -> Package:
         """The package and provider its probes install and run on (as --package, --ep, --ep-option give them)."""
-        return Package(name=self.package, ep=self.ep, ep_options=tuple(sorted(self.ep_options.items())))
+        return Package(name=self.package, ep=self.ep, ep_options=tuple(sorted(self.ep_options.items())),
+                       index_urls=tuple(self.index_urls), find_links=tuple(self.find_links), pre=self.pre)
 
     @property
     def provider_label(self) -> str | None:
@@ -353,6 +361,15 @@ def _range(path: Path, doc, where: str = "releases") -> dict:
     return {"from": lo, "to": hi}
 
 
+def _strings(path: Path, where: str, entry: dict, key: str) -> list[str]:
+    """A key that takes one text or a list of them (index_url, find_links), as the repeatable flag does."""
+    value = entry.get(key, [])
+    values = [value] if isinstance(value, str) else value
+    if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
+        _fail(path, f"{where}: {key} {value!r}: give a text or a list of them, as --{key.replace('_', '-')} takes")
+    return [v.strip() for v in values]
+
+
 def _providers(path: Path, entries) -> list[tuple[Package, str | None, dict | None]]:
     """(package, its label, its own range or None) of each [[providers]] entry, checked as --package, --ep and
     --ep-option are (all but the device: a missing one skips the cell when it runs)."""
@@ -376,8 +393,14 @@ def _providers(path: Path, entries) -> list[tuple[Package, str | None, dict | No
             if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
                 _fail(path, f"{where}: ep_options.{k} = {v!r}: give the value as a string, e.g. device_type = \"CPU\"")
         ep = entry.get("ep", DEFAULT_EP).strip()
+        if "pre" in entry and not isinstance(entry["pre"], bool):
+            _fail(path, f"{where}: pre {entry['pre']!r}: expected true or false (as --pre)")
         pkg = Package(name=entry.get("package", DEFAULT_PACKAGE).strip(), ep=EP_WORDS.get(ep, ep),
-                      ep_options=tuple(sorted((k, str(v).strip()) for k, v in opts.items())))
+                      ep_options=tuple(sorted((k, str(v).strip()) for k, v in opts.items())),
+                      index_urls=tuple(u.rstrip("/") for u in _strings(path, where, entry, "index_url")),
+                      find_links=tuple(link if "://" in link else str((path.parent / Path(link).expanduser()).resolve())
+                                       for link in _strings(path, where, entry, "find_links")),
+                      pre=entry.get("pre", False))
         try:
             request.package(pkg, device=False)
         except UsageError as exc:
@@ -475,7 +498,7 @@ def load(path: Path) -> Matrix:
                         cell = Cell(len(cells), model, inputs, outputs, arch, backend, cpu, opts, mode,
                                     own_range or releases, bad_if, timeout, python, pkg.name, pkg.ep,
                                     dict(pkg.ep_options), label, reference, reference_release, rows,
-                                    float(time_budget))
+                                    float(time_budget), pkg.index_urls, pkg.find_links, pkg.pre)
                         if cell.key in seen:  # one search twice: an arch and its alias, a model listed twice, ...
                             _fail(path, f"cells {seen[cell.key]} and {cell.index} are the same search ({cell.name}): "
                                         "list each model, target (amd64 is x86_64, arm64 is aarch64), provider, "
