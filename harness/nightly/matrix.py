@@ -1,5 +1,8 @@
 """Matrices: many searches described in one TOML file, run cell by cell.
 
+This module holds one concept, the matrix file: its keys, each checked as the `bisect run` flag it spells,
+and the cells they make.
+
 A matrix file names models, a release range, targets (arch, backend, CPU
 models), the packages and execution providers to probe, session option sets,
 the question (predicate, reference, rows) and a mode; its cells are the product
