@@ -233,7 +233,10 @@ def metrics_of(record: dict) -> dict:
     """The record's metrics, with its timed rounds summed up (`timing`: ratio, interval, runs) where it has them:
     derived every time from the latencies kept, never stored."""
     m = of_record(record)
-    t = timing_summary(record.get("timing"))
+    timing = record.get("timing")
+    t = timing_summary(timing)
+    if t is None and isinstance(timing, dict) and isinstance(timing.get("error"), str):
+        return {**m, "timing_error": timing["error"][:300]}  # why no round was measured
     return {**m, "timing": t} if t is not None else m
 
 
@@ -243,6 +246,8 @@ def _timed(c: Condition, m: dict) -> tuple[bool | str | None, str]:
                            else (t.get("rss_low"), t.get("rss_high"), t.get("rss_ratio"), t.get("rss_rounds"))) \
         if t else (None, None, None, 0)
     what = "latency" if c.kind == "slower" else "peak memory"
+    if ratio is None and m.get("timing_error"):
+        return None, f"no {what} measured against the baseline: {m['timing_error']}"
     if ratio is None:
         return None, f"no {what} measured against a baseline" + (
             "" if c.kind == "slower" or not t else " (rounds in fresh processes measure memory)")

@@ -324,3 +324,21 @@ def test_a_real_slowdown_is_found_profiled_reported_and_reproduced_by_the_script
     assert same.returncode == 0 and ": good (latency" in same.stdout, same.stdout + same.stderr
     alone = builders.run_script(fresh_python("1.20.0"), script, "--full")
     assert alone.returncode == 2 and "--baseline PYTHON" in alone.stderr
+
+
+def test_a_baseline_that_does_not_run_is_no_verdict_and_says_why(tmp_path):
+    from replay import error
+
+    latency = {"1.0": 0.010, "1.1": 0.010, "1.2": 0.013}
+    versions = list(latency)
+    runner = ReplayRunner({"1.0": error("ValueError: opset 25 is not supported"), "1.1": ran(), "1.2": ran()},
+                          latency=latency)
+    (tmp_path / "run").mkdir()
+    timing = TimingJob(releases("1.0")[0], (("slower", 1.15),), budget_s=5)
+    driver = Driver(runner, releases(*versions), RunStore(tmp_path / "run"),
+                    ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz", timing=timing), parse_predicate("slower>1.15"))
+    out = driver.run()
+    rec = out.records["1.2"]
+    assert rec["verdict"] == "error", rec["why"]
+    assert rec["why"].startswith("no latency measured against the baseline: the baseline (1.0) stopped running: "
+                                 "ValueError: opset 25 is not supported")
