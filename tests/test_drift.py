@@ -251,7 +251,7 @@ def test_the_document_is_plain_json():
     assert again["rows"][0] == {"version": "1.19.0", "status": "ran", "verdict": "good", "why": rows[0].why,
                                 "max_abs": 0.5 * FP16_MAX, "headroom": 0.5, "cosine_min": None,
                                 "rel_diff_max": None, "outputs_changed": None, "margin": None, "margin_tensor": None,
-                                "margin_past": False}
+                                "margin_past": False, "latency": None, "latency_low": None, "latency_high": None}
     assert {s["metric"] for s in again["steps"]} == {"headroom", "max_abs"}
     assert set(again["steps"][0]) == {"metric", "from", "to", "before", "after", "change", "description"}
 

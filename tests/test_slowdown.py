@@ -342,3 +342,17 @@ def test_a_baseline_that_does_not_run_is_no_verdict_and_says_why(tmp_path):
     assert rec["verdict"] == "error", rec["why"]
     assert rec["why"].startswith("no latency measured against the baseline: the baseline (1.0) stopped running: "
                                  "ValueError: opset 25 is not supported")
+
+
+def test_drift_names_a_latency_step_only_where_the_intervals_part():
+    from harness.report import drift
+
+    recs = []
+    for i, (v, ratio) in enumerate((("1.0", 1.0), ("1.1", 1.03), ("1.2", 1.45), ("1.3", 1.47))):
+        recs.append({**timed_record(ratio, seed=i), "version": v, "finished": f"2026-01-01T00:00:0{i}Z"})
+    made = drift.rows(recs, parse_predicate("slower>1.15"))
+    assert [r.latency for r in made] == pytest.approx([1.0, 1.03, 1.45, 1.47], rel=0.03)
+    latency = [s for s in drift.steps(made) if s.metric == "latency"]
+    assert [(s.from_version, s.to_version) for s in latency] == [("1.1", "1.2")]
+    assert latency[0].description.startswith("latency x baseline 1.0") and "between 1.1 and 1.2" in latency[0].description
+    assert drift.document("r", 0.01, made, latency, None)["rows"][2]["latency_low"] > 1.3

@@ -11,6 +11,8 @@ relative threshold between consecutive releases that ran:
 * the worst cosine, through its distance 1 - cosine, and the largest relative
   difference: |b - a| > max(threshold * max(a, b), ABS_FLOOR), so noise at
   1e-7 from a perfect match is not a step;
+* a timed probe's latency over its baseline (slower>R): its interval and the previous timed release's do
+  not overlap, and the ratio moved by more than the threshold;
 * any of them becoming None or non-finite (or finite again), and a verdict
   that changes between consecutive releases (whatever their status); a
   number that was never measured (a probe made before the reference existed
@@ -26,16 +28,16 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.metrics import cosine_text, of_record
+from harness.metrics import cosine_text
 from harness.releases.versions import parse_version
 from harness.results.history import latest_by_version
-from harness.verdicts import Predicate, judge
+from harness.verdicts import Predicate, judge, metrics_of
 
 DEFAULT_THRESHOLD = 0.01
 ABS_FLOOR = 1e-5  # of 1 - cosine and of a relative difference: below it a change is noise
 METRICS = ("max_abs", "headroom", "cosine_min", "rel_diff_max", "margin")
 LABELS = {"max_abs": "max |x|", "headroom": "headroom", "cosine_min": "worst cosine", "rel_diff_max": "max rel diff",
-          "margin": "internal fp16 margin", "verdict": "verdict"}
+          "margin": "internal fp16 margin", "verdict": "verdict", "latency": "latency x baseline"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,9 @@ class Row:
     margin_past: bool = False  # a tensor held in fp16 reached the ceiling (its margin has no finite size)
     digests: tuple[str, ...] = ()  # the outputs' sha256, in output order (not in `doc`)
     compared: bool = False  # compared with the run's reference: its cosine and differences exist (not in `doc`)
+    latency: float | None = None  # a timed probe's latency over its baseline's (median of interleaved rounds)
+    latency_low: float | None = None  # ... and its interval
+    latency_high: float | None = None
 
     @property
     def ran(self) -> bool:
@@ -118,7 +123,7 @@ def rows(records: list[dict], predicate: Predicate, reference_id: str | None = N
     for version in sorted(newest, key=parse_version):
         rec = newest[version]
         status = str(rec.get("status"))
-        m = of_record(rec) if status == "ran" else {}
+        m = metrics_of(rec) if status == "ran" else {}
         if reference_id is not None and m.get("reference") not in (None, reference_id):
             m = {k: v for k, v in m.items() if k not in COMPARED and k != "reference"}
             rec = {**rec, "metrics": m}
@@ -136,8 +141,28 @@ def rows(records: list[dict], predicate: Predicate, reference_id: str | None = N
         made.append(Row(version, status, verdict, why, _finite(m.get("max_abs")), _finite(m.get("headroom")),
                         _finite(m.get("cosine_min")), _finite(m.get("rel_diff_max")), changed,
                         None if past else fraction, inner.get("tensor") if isinstance(inner.get("tensor"), str) else None,
-                        past, digests, "cosine_min" in m))
+                        past, digests, "cosine_min" in m, *_latency(m.get("timing"))))
     return made
+
+
+def _latency(timing: dict | None) -> tuple[float | None, float | None, float | None]:
+    t = timing or {}
+    return _finite(t.get("ratio")), _finite(t.get("low")), _finite(t.get("high"))
+
+
+def _latency_step(a: Row, b: Row, threshold: float) -> Step | None:
+    """A latency step: the two releases' intervals do not overlap and the ratio moved by more than `threshold`;
+    between two probes measured at different moments only the interval tells a step from the machine's noise."""
+    if None in (a.latency, b.latency, a.latency_low, a.latency_high, b.latency_low, b.latency_high):
+        return None
+    apart = b.latency_low > a.latency_high or b.latency_high < a.latency_low
+    change = b.latency / a.latency - 1
+    if not apart or abs(change) <= threshold:
+        return None
+    shown = lambda r: f"{r.latency:.3f} ({r.latency_low:.3f}-{r.latency_high:.3f})"  # noqa: E731
+    return Step("latency", a.version, b.version, a.latency, b.latency, change,
+                f"{LABELS['latency']} {shown(a)} -> {shown(b)}{_change_words(change)} between {a.version} and "
+                f"{b.version}")
 
 
 def _relative(a: float, b: float, threshold: float) -> tuple[bool, float | None]:
@@ -209,6 +234,7 @@ def steps(made: list[Row], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
     found: list[Step] = []
     last_ran: Row | None = None
     last_margin: Row | None = None  # a probe made with --no-margin (or before margins) is passed over
+    last_timed: Row | None = None  # a probe not timed against a baseline is passed over
     for i, row in enumerate(made):
         if i and made[i - 1].verdict != row.verdict:
             a = made[i - 1]
@@ -223,6 +249,10 @@ def steps(made: list[Row], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
             if last_margin is not None:
                 found += [s for s in (_metric_step("margin", last_margin, row, threshold),) if s]
             last_margin = row
+        if row.latency is not None:
+            if last_timed is not None:
+                found += [s for s in (_latency_step(last_timed, row, threshold),) if s]
+            last_timed = row
     return found
 
 

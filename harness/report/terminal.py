@@ -412,9 +412,10 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
     """A run's graded numbers per release (`drift.rows`); a number where a step ends in yellow."""
     stepped = {(s.to_version, s.metric) for s in steps}
     t = Table(title=title, title_justify="left")
+    timed = any(getattr(r, "latency", None) is not None for r in rows)
     for col, just in (("release", "left"), ("verdict", "left"), ("max |x|", "right"), ("headroom", "right"),
                       ("worst cosine", "right"), ("max rel diff", "right"), ("fp16 margin", "right"),
-                      ("outputs changed", "left")):
+                      *((("latency x baseline", "right"),) if timed else ()), ("outputs changed", "left")):
         t.add_column(col, justify=just)
 
     def cell(row, metric: str, spec: str) -> str:
@@ -428,7 +429,7 @@ def drift_table(rows: list, steps: list, title: str) -> Table:
                   cell(r, "max_abs", ".5g"), cell(r, "headroom", ".3f"), cell(r, "cosine_min", "cosine"),
                   cell(r, "rel_diff_max", ".3g"),
                   ("[yellow]past[/]" if (r.version, "margin") in stepped else "past") if r.margin_past
-                  else cell(r, "margin", ".3g"), changed)
+                  else cell(r, "margin", ".3g"), *((cell(r, "latency", ".3f"),) if timed else ()), changed)
     return t
 
 
