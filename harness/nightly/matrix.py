@@ -226,6 +226,17 @@ def _check_keys(path: Path, where: str, doc: dict, known: set[str]) -> None:
         _fail(path, f"unknown key {unknown[0]!r} in {where} (known: {', '.join(sorted(known))})")
 
 
+def _tables(path: Path, entries, name: str, known: set[str], hint: str = ""):
+    """(where, entry) of each table of an array of tables (`[[name]]`), its keys checked; the array must be a
+    non-empty list."""
+    if not isinstance(entries, list) or not entries:
+        _fail(path, f"'{name}' must be a non-empty list of [[{name}]] tables{hint}")
+    for n, entry in enumerate(entries, 1):
+        where = f"[[{name}]] #{n}"
+        _check_keys(path, where, entry, known)
+        yield where, entry
+
+
 def _version(path: Path, where: str, text) -> str:
     try:
         return str(Version(str(text)))
@@ -302,12 +313,8 @@ def _file(path: Path, where: str, key: str, value, kind: str) -> str:
 
 
 def _targets(path: Path, entries) -> list[tuple[str, str, str | None]]:
-    if not isinstance(entries, list) or not entries:
-        _fail(path, "'targets' must be a non-empty list of [[targets]] tables (arch, backend, cpus)")
     out = []
-    for n, entry in enumerate(entries, 1):
-        where = f"[[targets]] #{n}"
-        _check_keys(path, where, entry, TARGET_KEYS)
+    for where, entry in _tables(path, entries, "targets", TARGET_KEYS, " (arch, backend, cpus)"):
         arch = ARCHS.get(str(entry.get("arch", "")).strip())
         if arch is None:
             _fail(path, f"{where}: arch {entry.get('arch')!r} (choose from x86_64, aarch64)")
@@ -329,12 +336,8 @@ def _targets(path: Path, entries) -> list[tuple[str, str, str | None]]:
 def _options(path: Path, entries) -> list[dict]:
     if entries is None:
         return [{}]
-    if not isinstance(entries, list) or not entries:
-        _fail(path, "'options' must be a non-empty list of [[options]] tables")
     out = []
-    for n, entry in enumerate(entries, 1):
-        where = f"[[options]] #{n}"
-        _check_keys(path, where, entry, OPTION_KEYS)
+    for where, entry in _tables(path, entries, "options", OPTION_KEYS):
         lvl = entry.get("graph_optimization_level")
         if lvl is not None and lvl not in GRAPH_LEVELS:
             _fail(path, f"{where}: graph_optimization_level {lvl!r} (choose from {', '.join(GRAPH_LEVELS)})")
@@ -380,12 +383,8 @@ def _providers(path: Path, entries) -> list[tuple[Package, str | None, dict | No
 
     if entries is None:
         return [(Package(), None, None)]
-    if not isinstance(entries, list) or not entries:
-        _fail(path, "'providers' must be a non-empty list of [[providers]] tables (package, ep, ep_options)")
     out = []
-    for n, entry in enumerate(entries, 1):
-        where = f"[[providers]] #{n}"
-        _check_keys(path, where, entry, PROVIDER_KEYS)
+    for where, entry in _tables(path, entries, "providers", PROVIDER_KEYS, " (package, ep, ep_options)"):
         for k in ("package", "ep", "name"):
             if k in entry and (not isinstance(entry[k], str) or not entry[k].strip()):
                 _fail(path, f"{where}: {k} {entry[k]!r}: expected a name such as \"onnxruntime-openvino\"")
