@@ -57,6 +57,21 @@ def env(cache_dir):
     return runner, runner.prepare(release)
 
 
+@pytest.fixture
+def offline_cli(monkeypatch):
+    """`bisect ...` run in this process with nothing provisioned and no release listing fetched (a fetch fails the
+    test): for requests refused, or let through, before any of that."""
+    import inproc
+
+    from harness.releases.versions import ReleaseIndex
+
+    def fetch(self):
+        raise AssertionError("a release listing was fetched")
+    monkeypatch.setattr(ReleaseIndex, "_fetch", fetch)
+    with inproc.nothing_provisioned(monkeypatch):
+        yield inproc.run
+
+
 @pytest.fixture(scope="session")
 def listing(cache_dir) -> Path:
     """The cache's release listing directory, fetched once if this cache has none yet."""

@@ -312,12 +312,9 @@ def test_blame_refuses_a_run_with_no_boundary_and_a_repo_that_is_not_one(bisect,
 
 @pytest.mark.release
 @pytest.mark.qemu
-def test_the_aarch64_residual_add_is_blamed_on_its_kernel_under_qemu(bisect, tmp_path):
-    d = tmp_path / "model"
-    d.mkdir()
-    model = builders.save(builders.residual_overflow_model(), d / "model.onnx")
-    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
+def test_the_aarch64_residual_add_is_blamed_on_its_kernel_under_qemu(bisect, tmp_path, residual_overflow):
+    model, batch = residual_overflow
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
                "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--blame", "--json",
                results=tmp_path / "results")
     assert r.returncode == 0, r.stderr

@@ -12,7 +12,6 @@ import json
 import time
 from pathlib import Path
 
-import inproc
 import numpy as np
 import pytest
 from replay import ReplayRunner, outputs
@@ -20,7 +19,7 @@ from replay import ReplayRunner, outputs
 from harness.plan import Plan
 from harness.probe import ProbeJob
 from harness.releases.packages import Package
-from harness.releases.versions import Release, ReleaseIndex, Target
+from harness.releases.versions import Release, Target
 from harness.report import dashboard
 from harness.results.evidence import CompareDocument, EvidenceError
 from harness.results.store import RunStore, read_compare_document
@@ -220,15 +219,6 @@ def listing(cache: Path, name: str, versions: list[str]) -> None:
 
 
 @pytest.fixture
-def cli(monkeypatch):
-    def fetch(self):
-        raise AssertionError("a release listing was fetched")
-    monkeypatch.setattr(ReleaseIndex, "_fetch", fetch)
-    with inproc.nothing_provisioned(monkeypatch):
-        yield inproc.run
-
-
-@pytest.fixture
 def argv(residual_norm, tmp_path):
     cache = tmp_path / "cache"
     listing(cache, "onnxruntime", ["1.23.0", "1.23.1", "1.23.2", "1.24.1"])
@@ -256,16 +246,16 @@ def argv(residual_norm, tmp_path):
                                                                      "or a range (--from, --to), not both"),
     ([], "give a release (--version V) or a range (--from A --to B)"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_a_bad_range_or_pair_is_one_line_and_exit_2_before_any_probe(cli, argv, tmp_path, args, message):
+def test_a_bad_range_or_pair_is_one_line_and_exit_2_before_any_probe(offline_cli, argv, tmp_path, args, message):
     pairs = [] if any(":" in a or a == "onnxruntime-openvino" for a in args) else ["onnxruntime-openvino:openvino"]
-    r = cli(*argv, *args, "onnxruntime:cpu", *pairs)
+    r = offline_cli(*argv, *args, "onnxruntime:cpu", *pairs)
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert len(r.lines) == 1 and r.lines[0].startswith("error: "), r.stderr
     assert message in r.lines[0], r.lines[0]
     assert not (tmp_path / "results").exists()
 
 
-def test_a_good_range_gets_as_far_as_provisioning(cli, argv, tmp_path):
+def test_a_good_range_gets_as_far_as_provisioning(offline_cli, argv, tmp_path):
     """The refusals above are of the range and the pairs: the same command with a good one passes every check."""
-    r = cli(*argv, "--from", "1.23.0", "--to", "1.24.1", "onnxruntime:cpu", "onnxruntime-openvino:openvino")
+    r = offline_cli(*argv, "--from", "1.23.0", "--to", "1.24.1", "onnxruntime:cpu", "onnxruntime-openvino:openvino")
     assert r.returncode is None, r.stderr  # stopped at the first provisioning, where a probe would begin

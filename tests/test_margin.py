@@ -97,12 +97,10 @@ def test_a_margin_that_cannot_be_read_never_changes_the_probe(cache_dir, tmp_pat
 
 @pytest.mark.release
 @pytest.mark.qemu
-def test_on_aarch64_the_margin_stays_below_the_ceiling_until_the_adds_run_in_fp16(bisect, tmp_path):
-    d = tmp_path / "model"
-    d.mkdir()
-    model = builders.save(builders.residual_overflow_model(), d / "model.onnx")
-    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
-    r = bisect("sweep", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.23.2", "--to", "1.24.1",
+def test_on_aarch64_the_margin_stays_below_the_ceiling_until_the_adds_run_in_fp16(bisect, tmp_path,
+                                                                                   residual_overflow):
+    model, batch = residual_overflow
+    r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
                "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--json", results=tmp_path / "r")
     assert r.returncode in (0, 3), r.stderr
     recs = records(tmp_path / "r")

@@ -14,7 +14,6 @@ import time
 from pathlib import Path
 
 import builders
-import inproc
 import numpy as np
 import pytest
 from replay import ReplayRunner, outputs
@@ -147,15 +146,6 @@ def model(residual_norm):
     return residual_norm
 
 
-@pytest.fixture
-def cli(monkeypatch):
-    def fetch(self):
-        raise AssertionError("a release listing was fetched")
-    monkeypatch.setattr(ReleaseIndex, "_fetch", fetch)
-    with inproc.nothing_provisioned(monkeypatch):
-        yield inproc.run
-
-
 def refused(r) -> str:
     assert r.returncode == 2, (r.returncode, r.stderr)
     assert len(r.lines) == 1 and r.lines[0].startswith("error: "), r.stderr
@@ -175,9 +165,9 @@ def refused(r) -> str:
     (["--ep-option", "device_type=CPU"], "--ep-option device_type=CPU: the CPU provider takes no provider options "
                                          "(onnxruntime runs cpu; options are for another provider)"),
 ], ids=lambda v: " ".join(v) if isinstance(v, list) else None)
-def test_a_package_the_harness_cannot_run_is_refused_before_anything(cli, model, tmp_path, argv, message):
+def test_a_package_the_harness_cannot_run_is_refused_before_anything(offline_cli, model, tmp_path, argv, message):
     cache, results = tmp_path / "cache", tmp_path / "res"
-    r = cli("run", "--model", model[0], "--inputs", model[1], "--from", "1.19.0", "--to", "1.20.0", *argv,
+    r = offline_cli("run", "--model", model[0], "--inputs", model[1], "--from", "1.19.0", "--to", "1.20.0", *argv,
             "--cache-dir", cache, "--results-dir", results)
     assert message in refused(r)
     assert not results.exists() and not (cache / "index").exists() and not (cache / "envs").exists()
@@ -185,14 +175,14 @@ def test_a_package_the_harness_cannot_run_is_refused_before_anything(cli, model,
 
 @pytest.mark.skipif(gpu_visible(), reason="this host shows an NVIDIA GPU: the refusal is for hosts without one")
 @pytest.mark.parametrize("command", ["run", "compare", "versions"])
-def test_cuda_without_a_gpu_exits_2_before_any_download(cli, model, tmp_path, command):
+def test_cuda_without_a_gpu_exits_2_before_any_download(offline_cli, model, tmp_path, command):
     cache, results = tmp_path / "cache", tmp_path / "res"
     argv = {"run": ["run", "--model", model[0], "--inputs", model[1], "--from", "1.24.1", "--to", "1.24.1",
                     "--package", "onnxruntime-gpu", "--ep", "cuda", "--results-dir", results],
             "compare": ["compare", "--model", model[0], "--inputs", model[1], "--version", "1.24.1", "onnxruntime:cpu",
                         "onnxruntime-gpu:cuda", "--results-dir", results],
             "versions": ["versions", "--package", "onnxruntime-gpu", "--ep", "cuda"]}[command]
-    line = refused(cli(*argv, "--cache-dir", cache))
+    line = refused(offline_cli(*argv, "--cache-dir", cache))
     assert line.startswith("--ep cuda: no NVIDIA GPU is visible (nvidia-smi "), line
     assert line.endswith("; nothing was installed"), line
     assert not results.exists() and not cache.exists()  # no listing, no environment, no run
@@ -207,11 +197,11 @@ def test_compare_pairs_are_package_colon_provider():
         parse_pair("onnxruntime-openvino", base)
 
 
-def test_compare_refuses_one_pair_or_a_pair_twice(cli, model, tmp_path):
+def test_compare_refuses_one_pair_or_a_pair_twice(offline_cli, model, tmp_path):
     common = ["--model", model[0], "--inputs", model[1], "--version", "1.24.1", "--cache-dir", tmp_path / "c",
               "--results-dir", tmp_path / "r"]
-    assert "give two PACKAGE:EP pairs or more" in refused(cli("compare", *common, "onnxruntime:cpu"))
-    assert "onnxruntime:cpu: given twice" in refused(cli("compare", *common, "onnxruntime:cpu", "onnxruntime:cpu"))
+    assert "give two PACKAGE:EP pairs or more" in refused(offline_cli("compare", *common, "onnxruntime:cpu"))
+    assert "onnxruntime:cpu: given twice" in refused(offline_cli("compare", *common, "onnxruntime:cpu", "onnxruntime:cpu"))
     assert not (tmp_path / "r").exists()
 
 
