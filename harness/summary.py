@@ -200,6 +200,17 @@ def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
     return text
 
 
+def boundary_of(doc: dict) -> tuple[str, str] | None:
+    """The release pair a run document's search found, older first: a regression's last good and first bad, a
+    fix's last bad and first good (a sweep's, by the keys its mode gave it); None where it found none."""
+    if doc.get("status") != "found":
+        return None
+    for old, new in [MODES[doc["mode"]]] if doc.get("mode") in MODES else MODES.values():
+        if doc.get(f"last_{old}") and doc.get(f"first_{new}"):
+            return doc[f"last_{old}"], doc[f"first_{new}"]
+    return None
+
+
 def exit_status(doc: dict) -> int:
     """0 when the search found the boundary it looks for (a sweep: a transition the mode's way), else 3."""
     return EXIT_FOUND if doc["status"] == "found" else EXIT_NO_BOUNDARY

@@ -55,17 +55,6 @@ def command(**opts):
     return search_and_render(opts, sweep=False)
 
 
-def boundary_pair(doc: dict) -> tuple[str, str] | None:
-    """The boundary's two releases, older first (a regression's last good and first bad, a fix's last bad and
-    first good), or None where the search found none."""
-    if doc.get("status") != "found":
-        return None
-    for old, new in (("last_good", "first_bad"), ("last_bad", "first_good")):
-        if doc.get(old) and doc.get(new):
-            return doc[old], doc[new]
-    return None
-
-
 def search_and_render(opts: dict, sweep: bool) -> int:
     """One search per requested architecture, each with its own results; the tables or one JSON object."""
     from harness.vocabulary import canonical_arch
@@ -113,6 +102,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
         run_table,
     )
     from harness.session import run_search
+    from harness.summary import boundary_of
     from harness.triage import rows as fewrows
 
     strategy = opts.get("rows", "all")
@@ -137,7 +127,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             if listed is not None and devbuilds.search(found, listed, observer=progress, jobs=opts["jobs"],
                                                        prefetch=opts["prefetch"]) is None:
                 err.print("--into-dev-builds: the releases show no boundary to continue from")
-            pair = boundary_pair(found.doc)
+            pair = boundary_of(found.doc)
             if plan.job.timing is not None and pair:
                 from harness.explain.profile import profile_pair
 

@@ -28,7 +28,7 @@ from harness.releases.versions import Release, builds_between, installable
 from harness.request import SearchSpec, package, release_listing
 from harness.search import MODES
 from harness.session import Search, bisect_over
-from harness.summary import build_of, compare_url
+from harness.summary import boundary_of, build_of, compare_url
 
 
 def check(strategy: str) -> None:
@@ -63,10 +63,11 @@ def search(found: Search, listed: list[Release], *, observer: Observer | None = 
     """The builds' boundary between the releases' (the section `dev_builds`, also kept in the run document),
     or None when the release search found no boundary to continue from."""
     doc, plan = found.doc, found.plan
-    if doc["status"] != "found" or doc["mode"] not in MODES:
+    pair = boundary_of(doc)
+    if pair is None or doc["mode"] not in MODES:
         return None
     old, new = MODES[doc["mode"]]
-    lo, hi = doc[f"last_{old}"], doc[f"first_{new}"]
+    lo, hi = pair
     between = builds_between(listed, lo, hi)
     builds, skipped = installable(between, plan.runner.target)
     section = {"between": [lo, hi], "status": "found", "listed": [r.version for r in between],
