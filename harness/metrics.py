@@ -225,15 +225,3 @@ def timing_summary(timing) -> dict | None:
     doc["baseline_rss_mb"] = float(np.median([b for b, _ in rss])) if rss else None
     doc["candidate_rss_mb"] = float(np.median([c for _, c in rss])) if rss else None
     return doc
-
-
-def timing_decided(summary: dict | None, bounds: tuple[tuple[str, float], ...]) -> bool:
-    """Whether every (kind, bound) of a slowdown question has its interval clear of the bound."""
-    if summary is None:
-        return False
-    for kind, bound in bounds:
-        low, high = (summary.get("low"), summary.get("high")) if kind == "slower" else \
-            (summary.get("rss_low"), summary.get("rss_high"))
-        if low is None or not (low > bound or high < bound):
-            return False
-    return True

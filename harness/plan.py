@@ -89,7 +89,7 @@ def timing_job(spec: SearchSpec, req: request.Request) -> TimingJob | None:
         pin = max(os.sched_getaffinity(0))  # the last CPU: the one an OS gives other work last
     except (AttributeError, OSError, ValueError):
         pin = None
-    return TimingJob(baseline, tuple((c.kind, c.bound) for c in timed), budget_s=spec.time_budget,
+    return TimingJob(baseline, timed, budget_s=spec.time_budget,
                      fresh_processes=any(c.kind == "rss" for c in timed), pin_cpu=pin)
 
 

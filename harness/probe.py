@@ -36,7 +36,7 @@ from harness.releases.versions import Release
 from harness.results.store import RunStore
 from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
 from harness.runners.base import Environment, Runner
-from harness.verdicts import Predicate, judge
+from harness.verdicts import Condition, Predicate, judge, timing_decides
 
 if TYPE_CHECKING:  # onnx is imported only by a probe that reads a margin
     from harness.graphs.margin import Watched
@@ -72,7 +72,7 @@ class TimingJob:
     resident memory is that round's."""
 
     baseline: Release
-    bounds: tuple[tuple[str, float], ...]  # (slower | rss, bound)
+    conditions: tuple[Condition, ...]  # the question's timed conditions (slower, rss): measured until decided
     budget_s: float = 60.0
     warmup: int = 3
     round_s: float = 0.2  # seconds of runs per side and round (at least runs_min, at most runs_max runs)
@@ -326,7 +326,7 @@ def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJ
     """The interleaved rounds of a timed probe (TimingJob): every run's latency of both sides kept, and each
     side's peak memory where the rounds ran in fresh processes. A side that stops running ends the rounds (said
     in `error`); what was measured before is kept."""
-    from harness.metrics import timing_decided, timing_summary
+    from harness.metrics import timing_summary
 
     t = job.timing
     doc: dict = {"baseline": t.baseline.version, "rounds": [], "threads": job.session_options.get("intra_op_num_threads"),
@@ -364,7 +364,7 @@ def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJ
             doc["rounds"].append(rnd)
             if len(doc["rounds"]) < t.min_rounds:
                 continue  # the fewest rounds an interval needs are always run; the budget buys more
-            if timing_decided(timing_summary(doc), t.bounds):
+            if timing_decides(t.conditions, timing_summary(doc)):
                 doc["stopped"] = "decided"
                 break
             if time.perf_counter() - t0 >= t.budget_s:

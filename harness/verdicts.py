@@ -263,6 +263,12 @@ def _timed(c: Condition, m: dict) -> tuple[bool | str | None, str]:
     return INCONCLUSIVE, said
 
 
+def timing_decides(conditions: tuple[Condition, ...], summary: dict | None) -> bool:
+    """Whether rounds summed up as `summary` (metrics.timing_summary) judge every timed condition good or bad:
+    the interval of each is clear of its bound (a timed probe measures until they do)."""
+    return summary is not None and all(_timed(c, {"timing": summary})[0] in (True, False) for c in conditions)
+
+
 def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | str | None, str]:
     """(holds, what was measured) of one condition on a probe that ran; holds is None when it cannot tell,
     INCONCLUSIVE when a timed condition's interval holds its bound."""

@@ -117,7 +117,7 @@ def search(tmp_path, latency: dict[str, float], bad_if: str, budget: float = 30.
     runner = ReplayRunner({v: ran() for v in versions}, latency=latency, rss=rss)
     baseline = releases(versions[-1] if mode == "fix" else versions[0])[0]
     pred = parse_predicate(bad_if)
-    timing = TimingJob(baseline, tuple((c.kind, c.bound) for c in pred.timed), budget_s=budget,
+    timing = TimingJob(baseline, pred.timed, budget_s=budget,
                        fresh_processes=rss is not None, min_rounds=6, max_rounds=40)
     (tmp_path / "run").mkdir()
     store = RunStore(tmp_path / "run")
@@ -334,7 +334,7 @@ def test_a_baseline_that_does_not_run_is_no_verdict_and_says_why(tmp_path):
     runner = ReplayRunner({"1.0": error("ValueError: opset 25 is not supported"), "1.1": ran(), "1.2": ran()},
                           latency=latency)
     (tmp_path / "run").mkdir()
-    timing = TimingJob(releases("1.0")[0], (("slower", 1.15),), budget_s=5)
+    timing = TimingJob(releases("1.0")[0], parse_predicate("slower>1.15").timed, budget_s=5)
     driver = Driver(runner, releases(*versions), RunStore(tmp_path / "run"),
                     ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz", timing=timing), parse_predicate("slower>1.15"))
     out = driver.run()
