@@ -225,3 +225,11 @@ def timing_summary(timing) -> dict | None:
     doc["baseline_rss_mb"] = float(np.median([b for b, _ in rss])) if rss else None
     doc["candidate_rss_mb"] = float(np.median([c for _, c in rss])) if rss else None
     return doc
+
+
+def intervals_apart(a: tuple[float | None, float | None], b: tuple[float | None, float | None]) -> bool:
+    """Whether two (low, high) intervals do not overlap (an unknown end: they may): between two releases timed at
+    different moments, only that tells a step from the machine's noise."""
+    if None in (*a, *b):
+        return False
+    return b[0] > a[1] or b[1] < a[0]

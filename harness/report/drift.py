@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from harness.metrics import cosine_text
+from harness.metrics import cosine_text, intervals_apart
 from harness.releases.versions import parse_version
 from harness.results.history import latest_by_version
 from harness.verdicts import Predicate, judge, metrics_of
@@ -153,11 +153,11 @@ def _latency(timing: dict | None) -> tuple[float | None, float | None, float | N
 def _latency_step(a: Row, b: Row, threshold: float) -> Step | None:
     """A latency step: the two releases' intervals do not overlap and the ratio moved by more than `threshold`;
     between two probes measured at different moments only the interval tells a step from the machine's noise."""
-    if None in (a.latency, b.latency, a.latency_low, a.latency_high, b.latency_low, b.latency_high):
+    if a.latency is None or b.latency is None or not intervals_apart((a.latency_low, a.latency_high),
+                                                                     (b.latency_low, b.latency_high)):
         return None
-    apart = b.latency_low > a.latency_high or b.latency_high < a.latency_low
     change = b.latency / a.latency - 1
-    if not apart or abs(change) <= threshold:
+    if abs(change) <= threshold:
         return None
     shown = lambda r: f"{r.latency:.3f} ({r.latency_low:.3f}-{r.latency_high:.3f})"  # noqa: E731
     return Step("latency", a.version, b.version, a.latency, b.latency, change,

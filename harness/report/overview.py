@@ -37,7 +37,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
-from harness.metrics import of_record
+from harness.metrics import intervals_apart, of_record, timing_summary
 from harness.results.evidence import EvidenceError, loads
 from harness.results.history import latest_by_version, own_records
 from harness.results.runs import run_dirs
@@ -52,7 +52,6 @@ from harness.results.store import (
     read_manifest,
 )
 from harness.runners import PROVENANCE_KEYS
-from harness.verdicts import metrics_of
 
 DEFAULT_PREDICATE = "nan-or-inf"
 TARGET_EXTRA = ("package", "ep", "providers")  # what a record's provenance may name beyond the run key
@@ -249,7 +248,7 @@ def cost_of(record: dict) -> dict:
     """What the probe cost the release: `latency_ms` (the median of its timed runs, where it was timed against a
     baseline) with `latency_ratio` to that baseline, and `rss_mb`, the worker's peak resident memory."""
     out: dict = {}
-    t = metrics_of(record).get("timing") or {}
+    t = timing_summary(record.get("timing")) or {}
     if isinstance(t.get("candidate_median_s"), float):
         out["latency_ms"] = 1e3 * t["candidate_median_s"]
         out["latency_ratio"] = _number(t.get("ratio"))
@@ -273,10 +272,8 @@ def cost_steps(r: Row, key: str, threshold: float = COST_STEP) -> list[tuple[str
         """A latency step is one only where the two releases' intervals do not overlap."""
         if key != "latency_ratio":
             return True
-        ma, mb = r.margins[a], r.margins[b]
-        if None in (ma.get("latency_low"), ma.get("latency_high"), mb.get("latency_low"), mb.get("latency_high")):
-            return False
-        return mb["latency_low"] > ma["latency_high"] or mb["latency_high"] < ma["latency_low"]
+        ends = [(r.margins[v].get("latency_low"), r.margins[v].get("latency_high")) for v in (a, b)]
+        return intervals_apart(*ends)
 
     return [(a, b, y / x) for (a, x), (b, y) in zip(known, known[1:])
             if x > 0 and abs(y / x - 1) > threshold and apart(a, b)]
