@@ -57,7 +57,8 @@ ARRAY_PARTS = ("reduced_inputs", "full_inputs", "full_reference")
 # so the repro's numbers are the run's (worker.rows_summary and verdicts.rows_summary share a name).
 MEASURED_WITH = ((worker.output_stats, "output_stats"), (worker.rows_summary, "rows_summary"),
                  (verdicts.rows_summary, "row_counts"), (metrics.probe_metrics, "probe_metrics"),
-                 (verdicts._measure, "measure"), (metrics.timing_summary, "timing_summary"))
+                 (verdicts._measure, "measure"), (metrics.timing_summary, "timing_summary"),
+                 (worker.timed_runs, "timed_runs"))
 
 
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
@@ -350,17 +351,12 @@ ROUNDS = 8
 
 
 def timed_child(sess, names, feeds):
-    """One side of one round: warm-up runs, then the batch again and again for a second (at least 3 runs); the
-    latencies and this process's peak memory, as one JSON line for the parent."""
+    """One side of one round: the worker's own timed runs (warm-up runs, then the batch again and again for a
+    second, at least 3 runs); the latencies and this process's peak memory, as one JSON line for the parent."""
     import resource
 
-    for _ in range(3):
-        sess.run(names, feeds)
-    runs, until = [], time.perf_counter() + 1.0
-    while len(runs) < 3 or (time.perf_counter() < until and len(runs) < 400):
-        t = time.perf_counter()
-        sess.run(names, feeds)
-        runs.append(time.perf_counter() - t)
+    runs = timed_runs(sess, names, feeds, {{"warmup": 3, "seconds": 1.0, "runs_min": 3, "runs_max": 400}},
+                      {{}})["latencies_s"]
     print(json.dumps({{"version": ort.__version__, "latencies": runs,
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}}))
     return 0
