@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Protocol
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError
-from harness.metrics import probe_metrics
+from harness.metrics import probe_metrics, timing_summary
 from harness.releases.versions import Release
 from harness.results.store import RunStore
 from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
@@ -326,8 +326,6 @@ def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJ
     """The interleaved rounds of a timed probe (TimingJob): every run's latency of both sides kept, and each
     side's peak memory where the rounds ran in fresh processes. A side that stops running ends the rounds (said
     in `error`); what was measured before is kept."""
-    from harness.metrics import timing_summary
-
     t = job.timing
     doc: dict = {"baseline": t.baseline.version, "rounds": [], "threads": job.session_options.get("intra_op_num_threads"),
                  "pinned_cpu": None, "warmup": t.warmup, "fresh_processes": t.fresh_processes,

@@ -116,6 +116,15 @@ def session_options(ort, opts):
     return so
 
 
+def new_session(ort, model, so, providers, extra):
+    """A session of `model` (a path or the bytes of one) on the providers asked for ([[name, options]]; absent:
+    the CPU provider, as in every release); `extra`: keyword arguments such as disabled_optimizers."""
+    if providers:
+        return ort.InferenceSession(model, sess_options=so, providers=[p[0] for p in providers],
+                                    provider_options=[p[1] for p in providers], **extra)
+    return ort.InferenceSession(model, sess_options=so, providers=["CPUExecutionProvider"], **extra)
+
+
 def stderr_to(path, make):
     """`make()` with file descriptor 2 (where onnxruntime's default logger writes) going to `path`."""
     sys.stderr.flush()
@@ -265,10 +274,7 @@ def probe(request, result, kept=None):
     extra = {"disabled_optimizers": list(opts["disabled_optimizers"])} if opts.get("disabled_optimizers") else {}
 
     def make():
-        if providers:
-            return ort.InferenceSession(request["model"], sess_options=so, providers=[p[0] for p in providers],
-                                        provider_options=[p[1] for p in providers], **extra)
-        return ort.InferenceSession(request["model"], sess_options=so, providers=["CPUExecutionProvider"], **extra)
+        return new_session(ort, request["model"], so, providers, extra)
 
     if key is not None and kept.get("key") == key:
         sess = kept["session"]
@@ -387,12 +393,7 @@ def margin_values(np, ort, margin, opts, providers, extra, feeds):
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", margin["data_dir"])
         with open(margin["model"], "rb") as f:
             graph = f.read()
-        if providers:
-            sess = ort.InferenceSession(graph, sess_options=so, providers=[p[0] for p in providers],
-                                        provider_options=[p[1] for p in providers], **extra)
-        else:
-            sess = ort.InferenceSession(graph, sess_options=so, providers=["CPUExecutionProvider"], **extra)
-        arrays = sess.run(list(margin["outputs"]), feeds)
+        arrays = new_session(ort, graph, so, providers, extra).run(list(margin["outputs"]), feeds)
     except Exception as exc:
         return {"error": ("%s: %s" % (type(exc).__name__, exc)).splitlines()[0][:300],
                 "seconds": time.perf_counter() - t}
