@@ -15,11 +15,11 @@ import math
 
 from harness.metrics import timing_summary
 from harness.probe import Prober
+from harness.results.evidence import loads
 from harness.results.history import latest_by_version, own_records
 from harness.results.store import PROFILE, write_atomic
 
 SERIES = "profile"
-TOP = 15  # rows of each table in the report
 
 
 def nodes_of(record: dict | None) -> dict[str, tuple[str, float]] | None:
@@ -127,8 +127,6 @@ def profile_pair(plan, old: str, new: str, observer=None) -> dict:
 
 def read(run_dir) -> dict | None:
     """The run's profile.json as `profile_pair` wrote it, or None (absent or not of that shape)."""
-    from harness.results.evidence import loads
-
     try:
         doc = loads((run_dir / PROFILE).read_bytes(), 4 << 20)
     except (OSError, ValueError):  # absent, too big, not JSON: no profile
