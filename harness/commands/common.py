@@ -341,7 +341,7 @@ def search_spec(opts: dict):
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
-        timed = [c for c in parse_predicate(given["bad_if"]).timed]
+        timed = parse_predicate(given["bad_if"]).timed
         if timed and (opts.get("jobs") or 1) > 1:
             raise UsageError(f"--bad-if {timed[0]} measures one probe at a time (two workers pinned to one CPU, "
                              f"in turn): drop -j {opts['jobs']}")
