@@ -219,7 +219,7 @@ class Driver:
 
         def install():
             try:
-                env = self.runner.prepare(release)
+                env, _ = self.runner.prepare_verified(release)  # nothing runs in it before it is verified
             except EnvironmentSkip:
                 return  # the probe itself will record the skip
             if start:

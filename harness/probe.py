@@ -32,6 +32,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics, timing_summary
+from harness.releases.builds import build_mismatch
 from harness.releases.versions import Release
 from harness.results.store import RunStore
 from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
@@ -255,7 +256,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
               "finished": None}
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        env = runner.prepare(release)
+        env, rebuilt = runner.prepare_verified(release)
     except EnvironmentSkip as exc:
         return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
                 "finished": _now()}
@@ -291,6 +292,8 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         shutil.rmtree(workdir, ignore_errors=True)
         return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
                 "finished": _now()}
+    if rebuilt and status == "ran" and "environment rebuilt" not in reason:
+        reason = f"ran (environment rebuilt: {rebuilt})"
     if out.engine:
         record["provenance"] = {**record["provenance"], "engine": out.engine}
     used = (out.result or {}).get("providers_used")
@@ -334,7 +337,7 @@ def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJ
         base_env = env  # the baseline probed: compared with itself (what an A/A comparison is)
     else:
         try:
-            base_env = runner.prepare(t.baseline)
+            base_env, _ = runner.prepare_verified(t.baseline)
         except EnvironmentSkip as exc:
             return {**doc, "stopped": "error", "error": f"the baseline {t.baseline.version}: {exc}"}
     timed = {**request, "outputs_path": None, "margin": None, "hold_dir": None,
@@ -411,9 +414,11 @@ def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, requ
     if why:
         # What ran is not the release as published: rebuilt once, and never a verdict about the release.
         runner.discard(env)
-        env = _retry_prepare(runner, release)
-        if env is None:
-            raise EnvironmentSkip(f"{why}; it could not be rebuilt")
+        runner.forget_verified(env)
+        try:
+            env, _ = runner.prepare_verified(release)
+        except EnvironmentSkip as exc:
+            raise EnvironmentSkip(f"{why}; after a rebuild: {exc}") from None
         out = runner.run(env, request, workdir, job.timeout)
         status, reason = outcome_status(out)
         still = _environment_at_fault(runner, release, env, out, status)
@@ -448,8 +453,12 @@ def _environment_at_fault(runner: Runner, release: Release, env: Environment, ou
     got = (res.get("onnxruntime") or {}).get("version")
     if got is not None and not same_release(got, release.version):
         return f"the environment of {release.version} holds onnxruntime {got}"
+    mismatch = build_mismatch(runner.package.name, release.version, (res.get("onnxruntime") or {}).get("build_info"))
+    if mismatch:
+        return f"the environment of {release.version} is not the release's build: {mismatch}"
     if status == "crash" and out.signal is not None and env is not None:
-        damaged = runner.damaged(env)
+        runner.forget_verified(env)  # a crash may come from a file changed since the run began
+        damaged = runner.verify(env)
         if damaged:
             return f"the environment of {release.version} is damaged: {damaged}"
     return None
@@ -472,13 +481,6 @@ def _output_hashes(result: dict | None) -> tuple | None:
 
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _retry_prepare(runner: Runner, release: Release) -> Environment | None:
-    try:
-        return runner.prepare(release)
-    except EnvironmentSkip:
-        return None
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

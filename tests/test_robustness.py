@@ -192,7 +192,8 @@ def test_an_environment_holding_another_release_is_rebuilt_not_judged(fresh_cach
     assert second.returncode == 0, second.stderr  # the boundary again, not "no boundary" (exit 3)
     rec = next(r for r in probes(tmp_path / "r2") if r["version"] == "1.20.0")
     assert rec["result"]["onnxruntime"]["version"] == "1.20.0"
-    assert "environment rebuilt: the environment of 1.20.0 holds onnxruntime 1.19.2" in rec["reason"]
+    assert ("environment rebuilt: the environment of 1.20.0 is not the release's wheels: "
+            "it holds onnxruntime 1.19.2, not 1.20.0") in rec["reason"], rec["reason"]
 
 
 def test_a_damaged_library_that_crashes_the_worker_is_no_verdict(fresh_cache, residual_norm, tmp_path):
@@ -210,20 +211,140 @@ def test_a_damaged_library_that_crashes_the_worker_is_no_verdict(fresh_cache, re
     second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
     assert second.returncode == 3, second.stderr
     (rec,) = probes(tmp_path / "r2")
-    # the worker died by a signal on the cut library; the RECORD check, not the import, caught it
-    assert rec["status"] == "ran" and "is damaged: onnxruntime/capi/" in rec["reason"], rec["reason"]
+    # the RECORD check before the first probe caught it: the cut library never ran
+    assert rec["status"] == "ran" and "not the release's wheels: onnxruntime/capi/" in rec["reason"], rec["reason"]
     assert lib.stat().st_size == len(data)
 
 
 def test_installed_files_are_checked_against_the_wheels_record(fresh_cache, residual_norm, tmp_path):
-    from harness.runners.base import installed_files_damaged
+    from harness.runners.verify import verify_site
 
     model, batch = residual_norm
     subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
                            cache=fresh_cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
     site = _site(fresh_cache, "1.19.2")
-    assert installed_files_damaged(site.parents[2], "onnxruntime") is None
+    memo = tmp_path / "memo.json"
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
+    assert verify_site(site, "onnxruntime", "1.20.0", memo) == "it holds onnxruntime 1.19.2, not 1.20.0"
     target = site / "onnxruntime" / "__init__.py"
     _replace(target, target.read_bytes() + b"\n# changed\n")
-    said = installed_files_damaged(site.parents[2], "onnxruntime")
+    said = verify_site(site, "onnxruntime", "1.19.2", memo)
     assert said is not None and "onnxruntime/__init__.py" in said
+
+
+def _forge_record(site: Path, dist_info: Path, changed: tuple[str, ...]) -> None:
+    """Rewrite RECORD as a careful forger would: the hash and size of each `changed` file as it is now, and
+    every path under the dist-info renamed for 1.20.0."""
+    import base64
+    import csv
+    import hashlib
+    import io
+
+    record = dist_info / "RECORD"
+    rows = []
+    for name, digest, size in csv.reader(record.read_text().splitlines()):
+        if name in changed:
+            data = (site / name).read_bytes()
+            digest = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+            size = str(len(data))
+        rows.append([name.replace("1.19.2.dist-info", "1.20.0.dist-info"), digest, size])
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    record.write_text(out.getvalue())
+
+
+def test_a_forged_release_is_never_judged_as_the_one_asked(fresh_cache, residual_norm, tmp_path):
+    """1.19.2's package in 1.20.0's environment, forged through and through: `__version__` edited, the dist-info
+    renamed, METADATA and RECORD rewritten so that every hash matches. Only the build's own commit tells, and it
+    is checked before the probe is a verdict: 1.20.0 is rebuilt and judged bad, the boundary found (exit 0)."""
+    model, batch = residual_norm
+    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0")
+    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    wrong, right = _site(fresh_cache, "1.20.0"), _site(fresh_cache, "1.19.2")
+    shutil.rmtree(wrong)
+    shutil.copytree(right, wrong, symlinks=True)
+    info = wrong / "onnxruntime-1.19.2.dist-info"
+    meta = info / "METADATA"
+    meta.write_text(meta.read_text().replace("Version: 1.19.2", "Version: 1.20.0", 1))
+    init = wrong / "onnxruntime" / "__init__.py"
+    text = init.read_text()
+    assert '__version__ = "1.19.2"' in text
+    _replace(init, text.replace('__version__ = "1.19.2"', '__version__ = "1.20.0"').encode())
+    _forge_record(wrong, info, ("onnxruntime/__init__.py", f"{info.name}/METADATA"))
+    info.rename(wrong / "onnxruntime-1.20.0.dist-info")
+
+    second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
+    assert second.returncode == 0, second.stderr  # the boundary, not "both ends are good" (exit 3)
+    rec = next(r for r in probes(tmp_path / "r2") if r["version"] == "1.20.0")
+    assert rec["result"]["onnxruntime"]["version"] == "1.20.0"
+    assert "its build names commit ffceed9d44 (onnxruntime 1.19.2's), not c4fb724e81" in rec["reason"], rec["reason"]
+    assert "git-commit-id=ffceed9d44" not in rec["result"]["onnxruntime"]["build_info"]
+
+
+def test_a_planted_pth_never_runs_and_the_environment_is_rebuilt(fresh_cache, residual_norm, tmp_path):
+    """A `.pth` in site-packages runs at every start of a Python with `site`: it could put a forged package
+    first on sys.path without touching the real one. The worker runs without `site`, and the environment,
+    holding a file no wheel's RECORD names, is rebuilt before its first probe."""
+    model, batch = residual_norm
+    args = ("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2")
+    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
+    assert first.returncode == 3, first.stderr
+    site = _site(fresh_cache, "1.19.2")
+    ran = tmp_path / "PTH-RAN"
+    forged = tmp_path / "forged"
+    (forged / "onnxruntime").mkdir(parents=True)
+    (forged / "onnxruntime" / "__init__.py").write_text(f"open({str(ran)!r}, 'w')\n__version__ = '1.19.2'\n")
+    (site / "zz-planted.pth").write_text(f"{forged}\nimport os; open({str(ran)!r}, 'w')\n")
+
+    second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
+    assert second.returncode == 3, second.stderr
+    assert not ran.exists()
+    (rec,) = probes(tmp_path / "r2")
+    assert rec["status"] == "ran" and rec["result"]["onnxruntime"]["version"] == "1.19.2"
+    assert "zz-planted.pth is on its sys.path but in no installed wheel's RECORD" in rec["reason"], rec["reason"]
+    assert not (site / "zz-planted.pth").exists()  # rebuilt: the planted file is gone
+
+
+def test_the_hash_memo_is_not_fooled_by_a_restored_mtime_and_bytecode_is_never_trusted(fresh_cache, residual_norm,
+                                                                                       tmp_path):
+    """The memo that spares hashing keys each file by inode, size, mtime and ctime: a same-size edit whose
+    mtime is put back (`touch -r`, `cp -p`) is hashed again. Bytecode, which no RECORD lists, is removed rather
+    than imported; a link where a wheel installed a file is refused."""
+    from harness.runners.verify import verify_site
+
+    model, batch = residual_norm
+    subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
+                           cache=fresh_cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
+    site = _site(fresh_cache, "1.19.2")
+    memo = tmp_path / "memo.json"
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
+    assert json.loads(memo.read_text())["files"]  # what was hashed is remembered
+    target = site / "onnxruntime" / "__init__.py"
+    before = target.stat()
+    data = target.read_bytes()
+    _replace(target, data.replace(b"import", b"IMPORT", 1))  # the same size
+    os.utime(target, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert target.stat().st_size == before.st_size and target.stat().st_mtime_ns == before.st_mtime_ns
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) == (
+        "onnxruntime/__init__.py differs from the file the wheel installed (sha256)")
+    _replace(target, data)
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
+
+    cache = site / "onnxruntime" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "__init__.cpython-311.pyc").write_bytes(b"planted")
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
+    assert not cache.exists()
+
+    (site / "numpy_forged.py").symlink_to(target)
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) == (
+        "numpy_forged.py is on its sys.path but in no installed wheel's RECORD")
+    (site / "numpy_forged.py").unlink()
+    real = site / "onnxruntime" / "LICENSE"
+    moved = tmp_path / "LICENSE"
+    shutil.copy2(real, moved)
+    real.unlink()
+    real.symlink_to(moved)
+    assert verify_site(site, "onnxruntime", "1.19.2", memo) == (
+        "onnxruntime/LICENSE is not the regular file the wheel installed")

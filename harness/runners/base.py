@@ -13,14 +13,12 @@ its `bisect setup` step and how a report describes a run of it. The registry
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import csv
-import hashlib
 import json
 import platform
 import shlex
 import shutil
+import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from harness.releases.packages import Package
 from harness.releases.versions import Release, Target
 from harness.results.locking import file_lock
 from harness.runners.provision import Log, quiet
+from harness.runners.verify import MEMO, verify_site
 from harness.runners.workers import (
     ProcessOutcome,
     end_idle_workers,
@@ -97,6 +96,10 @@ class Runner(ABC):
         self.target = target
         self.cache_dir = cache_dir
         self.cpu = cpu
+        self._verified: dict[Path, str | None] = {}  # site -> why it failed verification, or None
+        self.rebuilt: dict[str, str] = {}  # release -> why its environment was rebuilt in this command
+        self._locks: dict[str, threading.Lock] = {}
+        self._locks_lock = threading.Lock()
 
     @classmethod
     @abstractmethod
@@ -182,11 +185,50 @@ class Runner(ABC):
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
 
-    def damaged(self, env: Environment) -> str | None:
-        """Which installed file of the package differs from what its installer recorded (RECORD's sha256 and
-        size), or None: an environment that crashed a worker is checked before the crash can be a verdict.
-        None, too, where the files cannot be read here."""
-        return installed_files_damaged(env.path, self.package.name)
+    def prepare_verified(self, release: Release) -> tuple[Environment, str | None]:
+        """`prepare`, then the environment verified by content before it gives a verdict (`verify`), and why it
+        was rebuilt in this command (None: it was right as found). Rebuilt once; EnvironmentSkip if still not
+        right. One thread at a time per release: an install ahead of the probe may be verifying it."""
+        with self.verification_lock(release.version):
+            env = self.prepare(release)
+            why = self.verify(env)
+            if why is None:
+                return env, self.rebuilt.get(release.version)
+            why = f"the environment of {release.version} is not the release's wheels: {why}"
+            self.discard(env)
+            self.forget_verified(env)
+            try:
+                env = self.prepare(release)
+            except EnvironmentSkip as exc:
+                raise EnvironmentSkip(f"{why}; it could not be rebuilt: {exc}") from None
+            still = self.verify(env)
+            if still:
+                raise EnvironmentSkip(f"{why}; after a rebuild: {still}")
+            self.rebuilt[release.version] = why
+            return env, why
+
+    def site_packages(self, env: Environment) -> Path:
+        """The folder the worker imports onnxruntime and numpy from (a `--target` site, unless the backend
+        makes another kind of environment)."""
+        return env.path / "site"
+
+    def verify(self, env: Environment) -> str | None:
+        """Why `env` is not exactly what the release's wheels installed (harness.runners.verify), or None.
+        Checked once per runner (one command) and environment; again after a worker crash, where the memo
+        makes it cheap."""
+        site = self.site_packages(env)
+        if site not in self._verified:
+            self._verified[site] = verify_site(site, self.package.name, env.version, env.path / MEMO)
+        return self._verified[site]
+
+    def verification_lock(self, version: str) -> threading.Lock:
+        """Held while one thread verifies (and maybe rebuilds) the environment of `version`."""
+        with self._locks_lock:
+            return self._locks.setdefault(version, threading.Lock())
+
+    def forget_verified(self, env: Environment) -> None:
+        """Check `env` again before its next use (it was rebuilt, or a worker crashed in it)."""
+        self._verified.pop(self.site_packages(env), None)
 
     def build_info(self, release: Release, install: bool = False) -> str | None:
         """`get_build_info()` of the release's build as a probe of it (or an earlier call) noted it; with
@@ -198,35 +240,6 @@ class Runner(ABC):
 
 
 READY = "ortbisect-ready.json"
-
-
-def installed_files_damaged(root: Path, dist: str) -> str | None:
-    """The first file of distribution `dist` under `root` (an environment or site directory) whose size or
-    sha256 is not what the wheel's RECORD says, or None when all match or there is no RECORD to check."""
-    wanted = dist.lower().replace("-", "_").replace(".", "_")
-    records = [r for r in root.glob("**/*.dist-info/RECORD")
-               if r.parent.name.lower().split("-")[0] == wanted]
-    for record in records:
-        site = record.parent.parent
-        try:
-            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
-        except (OSError, UnicodeDecodeError, csv.Error) as exc:
-            return f"{record}: unreadable ({exc})"
-        for row in rows:
-            if len(row) != 3 or not row[1].startswith("sha256="):
-                continue  # RECORD itself, and files written after the install (bytecode)
-            name, digest, size = row
-            path = site / name
-            try:
-                if size and path.stat().st_size != int(size):
-                    return f"{name} is {path.stat().st_size} bytes, the wheel installed {size}"
-                with open(path, "rb") as fh:
-                    h = hashlib.file_digest(fh, "sha256")
-            except (OSError, ValueError) as exc:
-                return f"{name}: {getattr(exc, 'strerror', None) or exc}"
-            if base64.urlsafe_b64encode(h.digest()).rstrip(b"=").decode() != digest[len("sha256="):]:
-                return f"{name} differs from the file the wheel installed (sha256)"
-    return None
 
 
 def locked_build(path: Path, version: str, build) -> Environment:

@@ -138,7 +138,9 @@ class QemuRunner(Runner):
 
     def worker_command(self, env: Environment) -> tuple[list[str], dict]:
         qemu, sysroot = self._tools()
-        argv = qp.qemu_command(qemu, sysroot, self.cpu, [sysroot_python(sysroot), "-s", str(WORKER)])
+        argv = qp.qemu_command(qemu, sysroot, self.cpu, [sysroot_python(sysroot), "-S", "-s", "-B", str(WORKER)])
         child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "QEMU_"))}
-        child_env.update(PYTHONPATH=str(env.path / "site"), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1")
+        # as the uv runner's worker (UvRunner.python_command): only the verified site, no .pth, no bytecode
+        child_env.update(PYTHONPATH=str(self.site_packages(env)), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1",
+                         PYTHONDONTWRITEBYTECODE="1")
         return argv, child_env

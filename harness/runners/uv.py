@@ -78,9 +78,11 @@ class UvRunner(Runner):
         if not install:
             return None
         env = self.prepare(release)
-        proc = subprocess.run([str(env.path / "bin" / "python"), "-I", "-c",
-                               "import onnxruntime as o; print(getattr(o, 'get_build_info', lambda: '')())"],
-                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+        if self.verify(env):
+            return None  # never read from an environment that is not the release's
+        argv, child_env = self.python_command(env)
+        proc = subprocess.run([*argv, "-c", "import onnxruntime as o; print(getattr(o, 'get_build_info', lambda: '')())"],
+                              capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300, env=child_env)
         if proc.returncode != 0:
             return None
         info = proc.stdout.strip()
@@ -93,7 +95,18 @@ class UvRunner(Runner):
         except OSError:
             pass  # a read-only cache: read again next time
 
+    def site_packages(self, env: Environment) -> Path:
+        return env.path / "lib" / f"python{self.target.python}" / "site-packages"
+
+    def python_command(self, env: Environment) -> tuple[list[str], dict]:
+        """The environment's interpreter as the worker runs it, and its process environment: it sees only the
+        release's verified site-packages. -S: no `site` module, so no `.pth` file runs; -s, PYTHONSAFEPATH:
+        neither the user's site nor the script's folder; -B: no bytecode is written beside the packages."""
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        child_env.update(PYTHONPATH=str(self.site_packages(env)), PYTHONNOUSERSITE="1", PYTHONSAFEPATH="1",
+                         PYTHONDONTWRITEBYTECODE="1")
+        return [str(env.path / "bin" / "python"), "-S", "-s", "-B"], child_env
+
     def worker_command(self, env: Environment) -> tuple[list[str], dict]:
-        # -I: the worker sees only its release's site-packages, nothing from the harness.
-        argv = [str(env.path / "bin" / "python"), "-I", str(WORKER)]
-        return argv, {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        argv, child_env = self.python_command(env)
+        return [*argv, str(WORKER)], child_env

@@ -222,7 +222,7 @@ class DockerRunner(Runner):
         child_env = {"PYTHONPATH": "/site", "PYTHONNOUSERSITE": "1"}
         if self.cpu:
             child_env["QEMU_CPU"] = self.cpu
-        res = de.run_container(client, image, ["python3", "-s", "/harness/worker.py", "/work/request.json"],
+        res = de.run_container(client, image, ["python3", "-S", "-s", "-B", "/harness/worker.py", "/work/request.json"],
                                volumes={site.name: ("/site", "ro"), inputs.name: ("/in", "ro")}, env=child_env,
                                platform=de.docker_platform(arch), mem_limit=MEMORY_LIMIT, timeout=timeout,
                                files={"/work/request.json": json.dumps(inside).encode(),

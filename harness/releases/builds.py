@@ -1,0 +1,50 @@
+"""The commit each onnxruntime release's published wheel names in `get_build_info()`.
+
+Read from the wheels themselves (`onnxruntime.get_build_info()` after
+installing each release for Linux x86_64; the aarch64 wheels of 1.19.0, 1.24.1
+and 1.32.0 name the same commits). Every one says `git-branch=HEAD`, so the
+branch tells nothing; the commit does. A worker that reports another
+release's commit is running another release, whatever its `__version__` says.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from harness.releases.packages import parse_build_info
+
+#: release -> the commit (as abbreviated in the build info) its `onnxruntime` wheel names
+WHEEL_COMMITS = {
+    "onnxruntime": {
+        "1.19.0": "26250ae74d", "1.19.2": "ffceed9d44", "1.20.0": "c4fb724e81", "1.20.1": "5c1b7ccbff",
+        "1.21.0": "e0b66cad28", "1.21.1": "0e4dd5cbb1", "1.22.0": "f217402897", "1.22.1": "89746dc19a",
+        "1.23.0": "be835efc56", "1.23.1": "d9b2048791", "1.23.2": "a83fc4d58c", "1.24.1": "470ae16099",
+        "1.24.2": "058787ceea", "1.24.3": "3a728b7506", "1.24.4": "2d924974ef", "1.25.0": "93cef98d34",
+        "1.25.1": "8a77e45942", "1.26.0": "8c546c37b4", "1.27.0": "8f0278c77b", "1.28.0": "45de2a8b06",
+        "1.29.0": "2e2543fbe9", "1.30.0": "f2c39fe", "1.31.0": "402979a", "1.31.1": "6af1a93",
+        "1.32.0": "fab30a4",
+    },
+}
+
+
+def _same_commit(a: str, b: str) -> bool:
+    """Abbreviations of one commit: the shorter is a prefix of the longer (7 hex digits at least)."""
+    a, b = a.lower(), b.lower()
+    n = min(len(a), len(b))
+    return n >= 7 and a[:n] == b[:n]
+
+
+def build_mismatch(package: str, version: str, build_info: str | None) -> str | None:
+    """Why a build that reports `build_info` is not `package` `version` as published, or None (also where
+    nothing is known: a release newer than this table, another package, a build that names no commit)."""
+    commit = parse_build_info(build_info)["commit"]
+    known = WHEEL_COMMITS.get(package)
+    if not commit or not known:
+        return None
+    expected = known.get(version)
+    if expected is not None and _same_commit(commit, expected):
+        return None
+    other = next((v for v, c in known.items() if v != version and _same_commit(commit, c)), None)
+    whose = f" ({package} {other}'s)" if other else ""
+    if expected is None:
+        return f"its build names commit {commit}{whose}" if other else None
+    return f"its build names commit {commit}{whose}, not {expected} ({version}'s wheel)"

@@ -1,0 +1,171 @@
+"""An environment verified by content: exactly what the wheels installed, and nothing else on `sys.path`.
+
+A release's environment is a folder on disk, so it can hold something else
+than the release asked for: another release's package with `__version__`
+edited, a file changed after the install, a `.pth` or a module planted beside
+the packages. None of that may become a verdict about the release. Before an
+environment's first probe in a run, `verify_site` checks its site-packages:
+
+- the package's `*.dist-info` says the version asked for;
+- every file a wheel's RECORD lists has the size and sha256 it lists;
+- every file there is one a RECORD lists (what uv itself writes aside);
+- bytecode is removed, not trusted: no RECORD lists it, and the worker runs
+  with `-B`, so none is written back.
+
+Hashing is memoised per file by (inode, size, mtime_ns, ctime_ns) together
+with the digest RECORD gives: `touch -r` and `cp -p` restore an mtime but not
+a ctime, so a changed file is always hashed again.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import json
+import os
+import posixpath
+import shutil
+import stat
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+from packaging.version import InvalidVersion, Version
+
+from harness.results.store import write_atomic
+
+MEMO = "ortbisect-verified.json"
+# what uv itself writes at the top of site-packages: `uv venv`'s two, inert since the worker runs without the
+# `site` module (-S), and the lock of a `--target` install (a dot name: never importable)
+INSTALLER_FILES = frozenset({"_virtualenv.py", "_virtualenv.pth", ".lock"})
+
+
+def verify_site(site: Path, dist: str, version: str, memo_path: Path | None = None) -> str | None:
+    """Why `site` is not exactly what the wheels of `dist` `version` (and its dependencies) installed, or None.
+    `memo_path`: where to keep the per-file hash memo (None: hash every file)."""
+    if not site.is_dir():
+        return f"{site} is missing"
+    infos = [p for p in site.glob("*.dist-info") if _dist_name(p.name) == canonicalize_name(dist)]
+    if len(infos) != 1:
+        return f"it holds {len(infos)} installs of {dist}" if infos else f"no {dist} is installed in it"
+    installed = _metadata_version(infos[0] / "METADATA")
+    if not _same_version(installed, version):
+        return f"it holds {dist} {installed or '(no version)'}, not {version}"
+    claimed: set[str] = set()
+    hashed: list[tuple[str, str, str]] = []
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        try:
+            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error) as exc:
+            return f"{record.relative_to(site)} is unreadable ({exc})"
+        for row in rows:
+            if len(row) != 3:
+                continue
+            name = posixpath.normpath(row[0])
+            if name.startswith(("../", "/")):
+                continue  # installed outside site-packages (scripts): never on sys.path
+            claimed.add(name)
+            if row[1].startswith("sha256="):
+                hashed.append((name, row[1][len("sha256="):], row[2]))
+    unclaimed = _unclaimed(site, claimed)
+    if unclaimed:
+        return f"{unclaimed} is on its sys.path but in no installed wheel's RECORD"
+    return _check_hashes(site, hashed, memo_path)
+
+
+def _dist_name(folder: str) -> str:
+    return canonicalize_name(folder[: -len(".dist-info")].rsplit("-", 1)[0])
+
+
+def _metadata_version(path: Path) -> str | None:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("Version:"):
+                    return line.split(":", 1)[1].strip()
+                if not line.strip():
+                    break  # the headers end at the first blank line
+    except OSError:
+        return None
+    return None
+
+
+def _same_version(installed: str | None, asked: str) -> bool:
+    try:
+        return installed is not None and Version(installed) == Version(asked)
+    except InvalidVersion:
+        return installed == asked
+
+
+def _unclaimed(site: Path, claimed: set[str]) -> str | None:
+    """The first file under `site` that no RECORD lists (bytecode caches are removed on the way), or None."""
+    for dirpath, dirnames, filenames in os.walk(site):
+        rel_dir = Path(dirpath).relative_to(site).as_posix()
+        if rel_dir == "bin":
+            dirnames.clear()  # a --target install's scripts: not importable
+            continue
+        for d in list(dirnames):
+            full = Path(dirpath) / d
+            rel = posixpath.join(rel_dir, d) if rel_dir != "." else d
+            if d == "__pycache__" and not full.is_symlink():
+                shutil.rmtree(full, ignore_errors=True)
+                if full.exists():
+                    return f"{rel} (bytecode no RECORD lists, and it cannot be removed)"
+                dirnames.remove(d)
+            elif full.is_symlink():  # a wheel never installs a link: os.walk would not look behind it
+                return rel
+        for f in filenames:
+            rel = posixpath.join(rel_dir, f) if rel_dir != "." else f
+            if rel in claimed or (rel_dir == "." and f in INSTALLER_FILES):
+                continue
+            return rel
+    return None
+
+
+def _check_hashes(site: Path, hashed: list[tuple[str, str, str]], memo_path: Path | None) -> str | None:
+    memo = _read_memo(memo_path)
+    seen: dict[str, list] = {}
+    for name, digest, size in hashed:
+        path = site / name
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            return f"{name}: {exc.strerror or exc}"
+        if not stat.S_ISREG(st.st_mode):
+            return f"{name} is not the regular file the wheel installed"
+        key = [digest, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        if memo.get(name) == key:
+            seen[name] = key
+            continue
+        if size.isdigit() and st.st_size != int(size):
+            return f"{name} is {st.st_size} bytes, the wheel installed {size}"
+        try:
+            with open(path, "rb") as fh:
+                got = hashlib.file_digest(fh, "sha256").digest()
+        except OSError as exc:
+            return f"{name}: {exc.strerror or exc}"
+        if base64.urlsafe_b64encode(got).rstrip(b"=").decode() != digest:
+            return f"{name} differs from the file the wheel installed (sha256)"
+        seen[name] = key
+    if memo_path is not None and seen != memo:
+        try:
+            write_atomic(memo_path, json.dumps({"files": seen}))
+        except OSError:
+            pass  # a read-only cache: hashed again next time
+    return None
+
+
+def _read_memo(path: Path | None) -> dict[str, list]:
+    """The memo as written, or nothing: read back from disk, so anything malformed is ignored, never trusted."""
+    if path is None:
+        return {}
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    files = doc.get("files") if isinstance(doc, dict) else None
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items()
+            if isinstance(k, str) and isinstance(v, list) and len(v) == 5 and isinstance(v[0], str)
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v[1:])}
