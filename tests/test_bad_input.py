@@ -32,6 +32,16 @@ def files(tmp_path_factory):
     builders.relocate_external_data(d / "deep" / "er" / "up.onnx", "../../elsewhere.data")
     builders.external_data_model(d / "abs.onnx")
     builders.relocate_external_data(d / "abs.onnx", str(d / "elsewhere.data"))
+    # inside the model's directory as written, outside it by a link: of the file, and of a folder on the way
+    (d / "linked").mkdir()
+    builders.external_data_model(d / "linked" / "fl.onnx")
+    (d / "linked" / "fl.onnx_data").rename(d / "fl-elsewhere.data")
+    (d / "linked" / "fl.onnx_data").symlink_to(d / "fl-elsewhere.data")
+    builders.external_data_model(d / "linked" / "dl.onnx")
+    (d / "outside").mkdir()
+    (d / "linked" / "dl.onnx_data").rename(d / "outside" / "dl.onnx_data")
+    (d / "linked" / "sub").symlink_to(d / "outside")
+    builders.relocate_external_data(d / "linked" / "dl.onnx", "sub/dl.onnx_data")
     np.savez(d / "names.npz", y=np.ones((4, 8), np.float16))
     np.savez(d / "dtype.npz", x=np.ones((4, 8), np.float32))
     np.savez(d / "rank.npz", x=np.ones(8, np.float16))
@@ -66,6 +76,11 @@ CASES = [
      "tensor /model/norm/weight: external data location '../../elsewhere.data' leaves the model's directory"),
     ("external data at an absolute path", ["--model", "{dir}/abs.onnx"],
      "tensor /model/norm/weight: external data location '{dir}/elsewhere.data' is an absolute path"),
+    ("external data linked out of the model's directory", ["--model", "{dir}/linked/fl.onnx"],
+     "--model {dir}/linked/fl.onnx: external data file fl.onnx_data is a link to {dir}/fl-elsewhere.data, outside the "
+     "model's directory"),
+    ("external data through a folder linked out", ["--model", "{dir}/linked/dl.onnx"],
+     "external data file sub/dl.onnx_data is a link to {dir}/outside/dl.onnx_data, outside the model's directory"),
     ("input names", ["--inputs", "{dir}/names.npz"], "inputs do not match the model"),
     ("input dtype", ["--inputs", "{dir}/dtype.npz"], "input x: dtype float32, the model expects float16"),
     ("input rank", ["--inputs", "{dir}/rank.npz"], "input x: rank 1, the model expects 2"),

@@ -272,17 +272,26 @@ def facts_of(proto: onnx.ModelProto) -> Facts:
 
 def external_data_files(path: Path, facts: Facts) -> list[Path]:
     """The external data files of the model at `path`, each where onnxruntime will read it: a location inside the
-    model's directory, a file there, long enough for every tensor's bytes. Anything else is refused before a probe
-    (one line naming the tensor and the file): every probe would read another file, or fail."""
+    model's directory, a file there (by its real path, through any link), long enough for every tensor's bytes.
+    Anything else is refused before a probe (one line naming the tensor and the file): every probe would read
+    another file, or fail."""
     for x in facts.external:
         problem = location_problem(x.location)
         if problem:
             raise UsageError(f"--model {path}: tensor {x.tensor}: external data location {x.location!r} {problem}")
     sizes: dict[str, int] = {}
+    home = path.parent.resolve()
     for name in facts.data_files:
         f = path.parent / name
         if not f.is_file():
             raise UsageError(f"--model {path}: external data file {name} is missing (expected next to the model)")
+        # the location is checked as written; a link (of the file or of a folder on its way) may still lead out,
+        # and onnxruntime from 1.24.1 on refuses such a file, so the other releases' verdicts would be on a file
+        # of somewhere else
+        real = f.resolve()
+        if not real.is_relative_to(home):
+            raise UsageError(f"--model {path}: external data file {name} is a link to {real}, outside the model's "
+                             "directory (copy the file there)")
         sizes[name] = f.stat().st_size
     for x in facts.external:
         end = x.offset + (x.length or 0)
