@@ -160,7 +160,7 @@ def python_version(text: str, flag: str = "--python") -> str:
 
 def directory(path: Path, flag: str) -> Path:
     """`path` if it is a directory or can be made one: neither it nor a parent on its way is a file."""
-    path = Path(path)
+    path = models.text_name(path, flag)
     for p in (path, *path.parents):
         try:
             if not p.exists():
@@ -213,6 +213,7 @@ def package(pkg: Package, device: bool = True) -> Package:
         raise UsageError(f"--ep-option {k}={v}: the CPU provider takes no provider options ({pkg.name} runs "
                          f"{', '.join(eps)}; options are for another provider)")
     for link in pkg.find_links:
+        models.text_name(Path(link), "--find-links")
         if "://" not in link and not Path(link).is_dir():
             raise UsageError(f"--find-links {link}: no such directory")
     for url in pkg.index_urls:

@@ -42,6 +42,9 @@ def files(tmp_path_factory):
     (d / "linked" / "dl.onnx_data").rename(d / "outside" / "dl.onnx_data")
     (d / "linked" / "sub").symlink_to(d / "outside")
     builders.relocate_external_data(d / "linked" / "dl.onnx", "sub/dl.onnx_data")
+    # a name with a byte that is not UTF-8 (Python holds it as the lone surrogate \udcff)
+    builders.save(builders.residual_norm_model(), d / "m\udcff.onnx")
+    np.savez(d / "b\udcff.npz", **builders.residual_norm_inputs())
     np.savez(d / "names.npz", y=np.ones((4, 8), np.float16))
     np.savez(d / "dtype.npz", x=np.ones((4, 8), np.float32))
     np.savez(d / "rank.npz", x=np.ones(8, np.float16))
@@ -81,6 +84,9 @@ CASES = [
      "model's directory"),
     ("external data through a folder linked out", ["--model", "{dir}/linked/dl.onnx"],
      "external data file sub/dl.onnx_data is a link to {dir}/outside/dl.onnx_data, outside the model's directory"),
+    ("model name not UTF-8", ["--model", "{dir}/m\udcff.onnx"], "--model {dir}/m\\xff.onnx: the name is not UTF-8 text"),
+    ("inputs name not UTF-8", ["--inputs", "{dir}/b\udcff.npz"], "--inputs {dir}/b\\xff.npz: the name is not UTF-8 text"),
+    ("results dir name not UTF-8", ["--results-dir", "{dir}/r\udcff"], "--results-dir {dir}/r\\xff: the name is not UTF-8"),
     ("input names", ["--inputs", "{dir}/names.npz"], "inputs do not match the model"),
     ("input dtype", ["--inputs", "{dir}/dtype.npz"], "input x: dtype float32, the model expects float16"),
     ("input rank", ["--inputs", "{dir}/rank.npz"], "input x: rank 1, the model expects 2"),
@@ -167,6 +173,17 @@ def test_bad_input_exits_2_with_one_line(files, cache_dir, tmp_path, monkeypatch
     assert "Traceback" not in r.stderr
     assert message.format(dir=files["dir"]) in r.lines[0], r.lines[0]
     assert not results.exists() or inproc.snapshot(results) == {}, "a refused request left files behind"
+
+
+def test_a_name_that_is_not_utf8_is_one_line_from_a_real_process(bisect, files, tmp_path):
+    """The byte reaches the process as a byte of argv (not text the test made): refused in one line, exit 2."""
+    model = files["dir"] / "m\udcff.onnx"
+    r = bisect("run", "--model", str(model), "--inputs", str(files["batch"]), "--from", "1.19.0", "--to", "1.20.0",
+               "--offline")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --model {files['dir']}/m\\xff.onnx: the name is not UTF-8 text; "
+                                             "rename it"]
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_real_process_exits_2_with_one_line(bisect, files, tmp_path):

@@ -202,9 +202,20 @@ def link_or_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def text_name(path: Path, flag: str) -> Path:
+    """`path` if its name is text (UTF-8): records, keys and messages hold it as text, and a name with other bytes
+    (which Python holds as lone surrogates) could be written nowhere. Else a UsageError showing those bytes."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+        raise UsageError(f"{flag} {shown}: the name is not UTF-8 text; rename it") from None
+    return Path(path)
+
+
 def user_file(path: Path, flag: str, kind: str) -> Path:
     """`path` if it is a file; else a UsageError naming `flag` and what the path is instead (kind: ".onnx")."""
-    path = Path(path)
+    path = text_name(path, flag)
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory, not an {kind} file")
     if not path.is_file():
