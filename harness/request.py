@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import reference as reference_mod
-from harness.errors import UsageError
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.reference import Reference
@@ -177,7 +177,12 @@ def directory(path: Path, flag: str) -> Path:
 def release_listing(cache_dir: Path, offline: bool = False, package: Package | None = None) -> list[Release]:
     """Every release of the package on the index and its sources (the index's listing is cached; `offline`
     reads the cache only, never the network)."""
-    return ReleaseIndex(directory(cache_dir, "--cache-dir"), uv_bin(), offline, package).releases()
+    cache_dir = directory(cache_dir, "--cache-dir")
+    try:
+        uv = uv_bin()
+    except EnvironmentSkip as exc:  # no uv: the tool's environment (exit 1), not the request
+        raise HarnessError(str(exc)) from None
+    return ReleaseIndex(cache_dir, uv, offline, package).releases()
 
 
 def pair_ranges(spec: SearchSpec, packages: list[Package]) -> list[list[Release]]:
