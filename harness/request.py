@@ -55,11 +55,12 @@ from harness.releases.versions import (
 )
 from harness.results.store import RunStore
 from harness.runners import Runner, make_runner
-from harness.verdicts import Predicate, parse_predicate
+from harness.verdicts import TIMED, Predicate, parse_predicate
 from harness.vocabulary import (
     DEFAULT_EP,
     DEFAULT_RESULTS_DIR,
     DEVICE_CHECKS,
+    OLDEST_RELEASE,
     PACKAGES,
     canonical_arch,
     default_cache_dir,
@@ -129,6 +130,9 @@ def predicate(text: str) -> Predicate:
             raise UsageError(f"--bad-if '{c}': the bound must be a finite number >= 0")
         if c.kind == "cosine" and c.bound > 1:
             raise UsageError(f"--bad-if {c}: a cosine is at most 1")
+        if c.kind in TIMED and c.bound is not None and c.bound <= 1:  # a ratio to the baseline's: <= 1 means nothing
+            raise UsageError(f"--bad-if {c}: the bound is a ratio to the baseline's and must be above 1 (at or below "
+                             f"1 every release would be bad; e.g. {c.kind}>1.15)")
     return pred
 
 
@@ -325,6 +329,9 @@ def _reference_release(spec: SearchSpec, target: Target) -> Release:
     if release is None:
         raise UsageError(f"--reference-release {spec.reference_release}: no such {spec.package.name} release "
                          f"(releases: {', '.join(list(listing)[:3])} ... {', '.join(list(listing)[-3:])})")
+    if parse_version(release.version) < parse_version(OLDEST_RELEASE):  # the worker fails on it, after the probes
+        raise UsageError(f"--reference-release {spec.reference_release}: older than the releases probes run on "
+                         f"({OLDEST_RELEASE} and later)")
     if not release.wheel_for(target):
         raise UsageError(f"--reference-release {spec.reference_release}: no wheel for {target.arch} / "
                          f"Python {target.python}")
