@@ -214,7 +214,8 @@ def planted_sdist(folder: Path, name: str, version: str, marker: Path) -> Path:
 
 def test_a_source_distribution_in_a_find_links_folder_never_runs(cache_dir, tmp_path):
     """numpy's sdists planted beside the release's wheel, one above numpy's range and one inside it and newer than
-    any wheel: uv builds neither (wheels only), so neither setup.py runs, and the environment takes numpy's wheel."""
+    any wheel: uv builds neither (wheels only), so neither setup.py runs, and the environment (and the site folder of
+    emulated and container probes) takes numpy's wheel."""
     from harness.releases.packages import Package
     from harness.releases.versions import Release
     from harness.runners.uv import UvRunner
@@ -232,6 +233,12 @@ def test_a_source_distribution_in_a_find_links_folder_never_runs(cache_dir, tmp_
     numpy = subprocess.run([str(env.path / "bin" / "python"), "-I", "-c", "import numpy; print(numpy.__version__)"],
                            capture_output=True, text=True, check=True).stdout.strip()
     assert numpy.split(".")[0] in ("1", "2") and numpy != "2.99.0", numpy
+    # the folder of wheels for emulated and container probes is installed by the same arguments
+    from harness.runners.sites import prepare_site
+
+    site = prepare_site(tmp_path / "cache", target, Release("1.19.2", [wheel.name], source=str(links)), runner.package)
+    assert not marker.exists(), f"a planted setup.py ran: {marker.read_text()!r}"
+    assert [p.name for p in (site.path / "site").glob("numpy-*.dist-info")] != [], "numpy's wheel was not installed"
 
 
 # -- development builds from a --find-links directory and a simple index -----------------------
