@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import reference as reference_mod
-from harness.errors import UsageError
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.reference import Reference
@@ -55,11 +55,12 @@ from harness.releases.versions import (
 )
 from harness.results.store import RunStore
 from harness.runners import Runner, make_runner
-from harness.verdicts import Predicate, parse_predicate
+from harness.verdicts import TIMED, Predicate, parse_predicate
 from harness.vocabulary import (
     DEFAULT_EP,
     DEFAULT_RESULTS_DIR,
     DEVICE_CHECKS,
+    OLDEST_RELEASE,
     PACKAGES,
     canonical_arch,
     default_cache_dir,
@@ -129,6 +130,9 @@ def predicate(text: str) -> Predicate:
             raise UsageError(f"--bad-if '{c}': the bound must be a finite number >= 0")
         if c.kind == "cosine" and c.bound > 1:
             raise UsageError(f"--bad-if {c}: a cosine is at most 1")
+        if c.kind in TIMED and c.bound is not None and c.bound <= 1:  # a ratio to the baseline's: <= 1 means nothing
+            raise UsageError(f"--bad-if {c}: the bound is a ratio to the baseline's and must be above 1 (at or below "
+                             f"1 every release would be bad; e.g. {c.kind}>1.15)")
     return pred
 
 
@@ -160,7 +164,7 @@ def python_version(text: str, flag: str = "--python") -> str:
 
 def directory(path: Path, flag: str) -> Path:
     """`path` if it is a directory or can be made one: neither it nor a parent on its way is a file."""
-    path = Path(path)
+    path = models.text_name(path, flag)
     for p in (path, *path.parents):
         try:
             if not p.exists():
@@ -177,7 +181,12 @@ def directory(path: Path, flag: str) -> Path:
 def release_listing(cache_dir: Path, offline: bool = False, package: Package | None = None) -> list[Release]:
     """Every release of the package on the index and its sources (the index's listing is cached; `offline`
     reads the cache only, never the network)."""
-    return ReleaseIndex(directory(cache_dir, "--cache-dir"), uv_bin(), offline, package).releases()
+    cache_dir = directory(cache_dir, "--cache-dir")
+    try:
+        uv = uv_bin()
+    except EnvironmentSkip as exc:  # no uv: the tool's environment (exit 1), not the request
+        raise HarnessError(str(exc)) from None
+    return ReleaseIndex(cache_dir, uv, offline, package).releases()
 
 
 def pair_ranges(spec: SearchSpec, packages: list[Package]) -> list[list[Release]]:
@@ -213,6 +222,7 @@ def package(pkg: Package, device: bool = True) -> Package:
         raise UsageError(f"--ep-option {k}={v}: the CPU provider takes no provider options ({pkg.name} runs "
                          f"{', '.join(eps)}; options are for another provider)")
     for link in pkg.find_links:
+        models.text_name(Path(link), "--find-links")
         if "://" not in link and not Path(link).is_dir():
             raise UsageError(f"--find-links {link}: no such directory")
     for url in pkg.index_urls:
@@ -319,6 +329,9 @@ def _reference_release(spec: SearchSpec, target: Target) -> Release:
     if release is None:
         raise UsageError(f"--reference-release {spec.reference_release}: no such {spec.package.name} release "
                          f"(releases: {', '.join(list(listing)[:3])} ... {', '.join(list(listing)[-3:])})")
+    if parse_version(release.version) < parse_version(OLDEST_RELEASE):  # the worker fails on it, after the probes
+        raise UsageError(f"--reference-release {spec.reference_release}: older than the releases probes run on "
+                         f"({OLDEST_RELEASE} and later)")
     if not release.wheel_for(target):
         raise UsageError(f"--reference-release {spec.reference_release}: no wheel for {target.arch} / "
                          f"Python {target.python}")

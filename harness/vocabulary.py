@@ -40,6 +40,10 @@ def default_cache_dir() -> Path:
     return Path(base) / "ortbisect"
 
 
+#: the oldest onnxruntime release the probe worker runs on (harness/worker.py; each package numbers its releases as
+#: onnxruntime does)
+OLDEST_RELEASE = "1.19.0"
+
 # onnxruntime's packages and execution providers.
 DEFAULT_PACKAGE = "onnxruntime"
 DEFAULT_EP = "cpu"

@@ -32,6 +32,19 @@ def files(tmp_path_factory):
     builders.relocate_external_data(d / "deep" / "er" / "up.onnx", "../../elsewhere.data")
     builders.external_data_model(d / "abs.onnx")
     builders.relocate_external_data(d / "abs.onnx", str(d / "elsewhere.data"))
+    # inside the model's directory as written, outside it by a link: of the file, and of a folder on the way
+    (d / "linked").mkdir()
+    builders.external_data_model(d / "linked" / "fl.onnx")
+    (d / "linked" / "fl.onnx_data").rename(d / "fl-elsewhere.data")
+    (d / "linked" / "fl.onnx_data").symlink_to(d / "fl-elsewhere.data")
+    builders.external_data_model(d / "linked" / "dl.onnx")
+    (d / "outside").mkdir()
+    (d / "linked" / "dl.onnx_data").rename(d / "outside" / "dl.onnx_data")
+    (d / "linked" / "sub").symlink_to(d / "outside")
+    builders.relocate_external_data(d / "linked" / "dl.onnx", "sub/dl.onnx_data")
+    # a name with a byte that is not UTF-8 (Python holds it as the lone surrogate \udcff)
+    builders.save(builders.residual_norm_model(), d / "m\udcff.onnx")
+    np.savez(d / "b\udcff.npz", **builders.residual_norm_inputs())
     np.savez(d / "names.npz", y=np.ones((4, 8), np.float16))
     np.savez(d / "dtype.npz", x=np.ones((4, 8), np.float32))
     np.savez(d / "rank.npz", x=np.ones(8, np.float16))
@@ -66,6 +79,14 @@ CASES = [
      "tensor /model/norm/weight: external data location '../../elsewhere.data' leaves the model's directory"),
     ("external data at an absolute path", ["--model", "{dir}/abs.onnx"],
      "tensor /model/norm/weight: external data location '{dir}/elsewhere.data' is an absolute path"),
+    ("external data linked out of the model's directory", ["--model", "{dir}/linked/fl.onnx"],
+     "--model {dir}/linked/fl.onnx: external data file fl.onnx_data is a link to {dir}/fl-elsewhere.data, outside the "
+     "model's directory"),
+    ("external data through a folder linked out", ["--model", "{dir}/linked/dl.onnx"],
+     "external data file sub/dl.onnx_data is a link to {dir}/outside/dl.onnx_data, outside the model's directory"),
+    ("model name not UTF-8", ["--model", "{dir}/m\udcff.onnx"], "--model {dir}/m\\xff.onnx: the name is not UTF-8 text"),
+    ("inputs name not UTF-8", ["--inputs", "{dir}/b\udcff.npz"], "--inputs {dir}/b\\xff.npz: the name is not UTF-8 text"),
+    ("results dir name not UTF-8", ["--results-dir", "{dir}/r\udcff"], "--results-dir {dir}/r\\xff: the name is not UTF-8"),
     ("input names", ["--inputs", "{dir}/names.npz"], "inputs do not match the model"),
     ("input dtype", ["--inputs", "{dir}/dtype.npz"], "input x: dtype float32, the model expects float16"),
     ("input rank", ["--inputs", "{dir}/rank.npz"], "input x: rank 1, the model expects 2"),
@@ -80,6 +101,15 @@ CASES = [
     ("two references", ["--bad-if", "cosine<0.9", "--reference", "fp32", "--reference-release", "1.19.0"],
      "give one reference"),
     ("reference release unknown", ["--reference-release", "1.19.1"], "--reference-release 1.19.1: no such onnxruntime"),
+    ("reference release too old", ["--reference-release", "1.18.0"],
+     "--reference-release 1.18.0: older than the releases probes run on (1.19.0 and later)"),
+    ("reference release without a wheel", ["--python", "3.13", "--from", "1.20.0", "--to", "1.20.0",
+                                           "--reference-release", "1.19.0"],
+     "--reference-release 1.19.0: no wheel for x86_64 / Python 3.13"),
+    ("slower by nothing", ["--bad-if", "slower>0"], "--bad-if slower>0: the bound is a ratio to the baseline's and must "
+     "be above 1"),
+    ("slower at 1", ["--bad-if", "slower>1"], "--bad-if slower>1: the bound is a ratio to the baseline's"),
+    ("rss below 1", ["--bad-if", "rss>0.9"], "--bad-if rss>0.9: the bound is a ratio to the baseline's"),
     ("error takes no bound", ["--bad-if", "error>1"], "--bad-if error takes no bound"),
     ("no default batch", ["--inputs", ""], "no default batch"),
     ("jobs zero", ["-j", "0"], "Invalid value for '-j'"),
@@ -152,6 +182,17 @@ def test_bad_input_exits_2_with_one_line(files, cache_dir, tmp_path, monkeypatch
     assert "Traceback" not in r.stderr
     assert message.format(dir=files["dir"]) in r.lines[0], r.lines[0]
     assert not results.exists() or inproc.snapshot(results) == {}, "a refused request left files behind"
+
+
+def test_a_name_that_is_not_utf8_is_one_line_from_a_real_process(bisect, files, tmp_path):
+    """The byte reaches the process as a byte of argv (not text the test made): refused in one line, exit 2."""
+    model = files["dir"] / "m\udcff.onnx"
+    r = bisect("run", "--model", str(model), "--inputs", str(files["batch"]), "--from", "1.19.0", "--to", "1.20.0",
+               "--offline")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [f"error: --model {files['dir']}/m\\xff.onnx: the name is not UTF-8 text; "
+                                             "rename it"]
+    assert not (tmp_path / "results").exists()
 
 
 def test_a_real_process_exits_2_with_one_line(bisect, files, tmp_path):

@@ -119,6 +119,33 @@ def test_a_command_imports_no_other_command():
     assert set(loaded) <= {"harness.commands.common", "harness.commands.run"}, loaded
 
 
+@pytest.mark.parametrize("how", ["read-only", "a file"])
+def test_a_home_where_uv_cannot_keep_its_cache_is_exit_1_with_uv_s_reason(tmp_path, how):
+    """uv cannot make its cache (HOME on a read-only filesystem, or a file) while the release listing is fetched: the
+    tool's environment failed (exit 1, not 2 for bad input), in one line that carries uv's own reason."""
+    home = tmp_path / "home"
+    if how == "a file":
+        home.write_text("not a directory")
+    else:
+        home.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(home)], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount here ({r.stderr.strip()})")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("UV_", "XDG_"))}
+    try:
+        proc = subprocess.run([sys.executable, "-m", "harness.cli", "versions", "--cache-dir", str(tmp_path / "cache")],
+                              capture_output=True, text=True, timeout=300, env={**env, "HOME": str(home)})
+    finally:
+        if how == "read-only":
+            subprocess.run(["umount", str(home)], check=True)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 1, proc.stderr
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert lines[0].startswith("error: cannot list onnxruntime releases from the package index: "), lines[0]
+    assert "Failed to initialize cache" in lines[0], lines[0]
+
+
 @pytest.mark.parametrize("how", ["read-only", "full"])
 def test_results_that_cannot_be_written_at_the_start_are_exit_1(listing, tmp_path, monkeypatch, how):
     """A results directory on a read-only or a full filesystem when `bisect run` opens its run: the environment

@@ -190,6 +190,57 @@ def test_compare_over_a_range_rows_by_release_reruns_free_and_shows_on_the_dashb
     assert [c.split('class="')[1].split('"')[0] for c in row.split("<td ")[1:]] == ["v bad", "v skip", "v skip",
                                                                                       "v bad"]
 
+# -- wheels only: a source distribution in a wheel source never runs ------------------------
+
+
+def planted_sdist(folder: Path, name: str, version: str, marker: Path) -> Path:
+    """`name`-`version`.tar.gz whose setup.py writes `marker`: it shows whether anything built (ran) it."""
+    import io
+    import tarfile
+
+    base = f"{name}-{version}"
+    files = {"PKG-INFO": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+             "setup.py": f"open({str(marker)!r}, 'a').write({base!r} + '\\n')\n"
+                         f"from setuptools import setup\nsetup(name={name!r}, version={version!r})\n"}
+    path = folder / f"{base}.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        for rel, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(f"{base}/{rel}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_source_distribution_in_a_find_links_folder_never_runs(cache_dir, tmp_path):
+    """numpy's sdists planted beside the release's wheel, one above numpy's range and one inside it and newer than
+    any wheel: uv builds neither (wheels only), so neither setup.py runs, and the environment (and the site folder of
+    emulated and container probes) takes numpy's wheel."""
+    from harness.releases.packages import Package
+    from harness.releases.versions import Release
+    from harness.runners.uv import UvRunner
+
+    target = Target(NATIVE, PYTHON)
+    wheel = wheelhouse.release_wheel(cache_dir, "onnxruntime", "1.19.2", target)
+    links = wheelhouse.find_links_dir(tmp_path / "links", [wheel])
+    marker = tmp_path / "SDIST-RAN"
+    for version in ("99.0.0", "2.99.0"):
+        planted_sdist(links, "numpy", version, marker)
+    runner = UvRunner(target, tmp_path / "cache")
+    runner.package = Package(find_links=(str(links),))
+    env = runner.prepare(Release("1.19.2", [wheel.name], source=str(links)))
+    assert not marker.exists(), f"a planted setup.py ran: {marker.read_text()!r}"
+    numpy = subprocess.run([str(env.path / "bin" / "python"), "-I", "-c", "import numpy; print(numpy.__version__)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert numpy.split(".")[0] in ("1", "2") and numpy != "2.99.0", numpy
+    # the folder of wheels for emulated and container probes is installed by the same arguments
+    from harness.runners.sites import prepare_site
+
+    site = prepare_site(tmp_path / "cache", target, Release("1.19.2", [wheel.name], source=str(links)), runner.package)
+    assert not marker.exists(), f"a planted setup.py ran: {marker.read_text()!r}"
+    assert [p.name for p in (site.path / "site").glob("numpy-*.dist-info")] != [], "numpy's wheel was not installed"
+
+
 # -- development builds from a --find-links directory and a simple index -----------------------
 
 

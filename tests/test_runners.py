@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import platform
+import shlex
 from pathlib import Path
 
 import pytest
@@ -85,11 +86,14 @@ def test_reports_describe_each_backend_and_how_to_reproduce_there():
     assert qemu["cpu_model"] == "neoverse-n1 (/proc/cpuinfo under emulation says Neoverse-N1)"
     assert "qemu-aarch64 -L $SYSROOT -cpu neoverse-n1 $SYSROOT/usr/bin/python3.11 repro.py" in qemu["reproduce"]
     assert "onnxruntime==1.24.1" in qemu["reproduce"] and "aarch64-unknown-linux-gnu" in qemu["reproduce"]
+    assert "--only-binary :all:" in qemu["reproduce"] and "'numpy>=1.21.6,<3'" in qemu["reproduce"]
     docker = runners.describe({"backend": "docker", "arch": "aarch64", "cpu": "cortex-a72", "image": "sha256:ab",
                                "python": "3.11"}, None, "1.24.1", "repro.py")
     assert docker["how"] == "container sha256:ab, emulated CPU cortex-a72"
     assert docker["reproduce"].startswith("docker run --rm --platform linux/arm64 -e QEMU_CPU=cortex-a72 ")
-    assert "'pip install onnxruntime==1.24.1 numpy && python repro.py'" in docker["reproduce"]
+    inside = shlex.split(docker["reproduce"])[-1]  # wheels only and numpy's range, as the harness installs
+    assert shlex.split(inside) == ["pip", "install", "--only-binary", ":all:", "onnxruntime==1.24.1", "numpy>=1.21.6,<3",
+                                   "&&", "python", "repro.py"]
     unknown = runners.describe({"backend": "podman"}, None, "1.0", "repro.py")
     assert unknown["how"] == "backend podman" and unknown["reproduce"] is None
 

@@ -202,9 +202,20 @@ def link_or_copy(src: Path, dst: Path) -> None:
     os.replace(tmp, dst)
 
 
+def text_name(path: Path, flag: str) -> Path:
+    """`path` if its name is text (UTF-8): records, keys and messages hold it as text, and a name with other bytes
+    (which Python holds as lone surrogates) could be written nowhere. Else a UsageError showing those bytes."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(str(path)).decode("utf-8", "backslashreplace")
+        raise UsageError(f"{flag} {shown}: the name is not UTF-8 text; rename it") from None
+    return Path(path)
+
+
 def user_file(path: Path, flag: str, kind: str) -> Path:
     """`path` if it is a file; else a UsageError naming `flag` and what the path is instead (kind: ".onnx")."""
-    path = Path(path)
+    path = text_name(path, flag)
     if path.is_dir():
         raise UsageError(f"{flag} {path}: is a directory, not an {kind} file")
     if not path.is_file():
@@ -272,17 +283,26 @@ def facts_of(proto: onnx.ModelProto) -> Facts:
 
 def external_data_files(path: Path, facts: Facts) -> list[Path]:
     """The external data files of the model at `path`, each where onnxruntime will read it: a location inside the
-    model's directory, a file there, long enough for every tensor's bytes. Anything else is refused before a probe
-    (one line naming the tensor and the file): every probe would read another file, or fail."""
+    model's directory, a file there (by its real path, through any link), long enough for every tensor's bytes.
+    Anything else is refused before a probe (one line naming the tensor and the file): every probe would read
+    another file, or fail."""
     for x in facts.external:
         problem = location_problem(x.location)
         if problem:
             raise UsageError(f"--model {path}: tensor {x.tensor}: external data location {x.location!r} {problem}")
     sizes: dict[str, int] = {}
+    home = path.parent.resolve()
     for name in facts.data_files:
         f = path.parent / name
         if not f.is_file():
             raise UsageError(f"--model {path}: external data file {name} is missing (expected next to the model)")
+        # the location is checked as written; a link (of the file or of a folder on its way) may still lead out,
+        # and onnxruntime from 1.24.1 on refuses such a file, so the other releases' verdicts would be on a file
+        # of somewhere else
+        real = f.resolve()
+        if not real.is_relative_to(home):
+            raise UsageError(f"--model {path}: external data file {name} is a link to {real}, outside the model's "
+                             "directory (copy the file there)")
         sizes[name] = f.stat().st_size
     for x in facts.external:
         end = x.offset + (x.length or 0)

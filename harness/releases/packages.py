@@ -28,6 +28,12 @@ from harness.vocabulary import (
     PROVIDERS,
 )
 
+#: numpy for the worker, a range every release supports: each from 1.19 asks numpy>=1.21.6 and imports with
+#: numpy 2.x; the upper bound keeps a future major version, or one a --find-links folder plants, out
+NUMPY = "numpy>=1.21.6,<3"
+#: uv builds nothing: a source distribution's build script is code that would run at install (wheels only)
+WHEELS_ONLY = ("--only-binary", ":all:")
+
 
 @dataclass(frozen=True)
 class Package:
@@ -75,6 +81,10 @@ class Package:
         for link in self.find_links:
             args += ["--find-links", link]
         return args
+
+    def install_args(self, version: str) -> list[str]:
+        """uv's (and pip's) arguments that install `version` and numpy from the sources, wheels only."""
+        return [*WHEELS_ONLY, *self.uv_args(), self.requirement(version), NUMPY]
 
     def env_name(self, version: str) -> str:
         """The directory name of an environment of `version`: the same wheel from the same sources, the same name."""

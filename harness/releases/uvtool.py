@@ -26,24 +26,47 @@ def uv_bin() -> str:
         return found
 
 
-def uv(*args: str, what: str) -> subprocess.CompletedProcess:
-    """Run uv; a failure becomes a skip whose reason is uv's own explanation.
+def uv(*args: str, what: str, binary: str | None = None) -> subprocess.CompletedProcess:
+    """Run uv (`binary`, else uv_bin()); a failure becomes a skip whose reason is uv's own explanation.
+
+    Every call of uv goes through here, so none loses uv's reason (its stderr) to an exit status. Where a
+    failure is the tool's environment rather than one release's, the caller turns the skip into a HarnessError.
 
     Installs pass --no-compile-bytecode: a project's `compile-bytecode` setting
     (this one's included) would otherwise compile ~2,500 files into every
     release environment, 10 s instead of 1 s; the worker writes the few .pyc
     files it needs on its first run.
     """
-    proc = subprocess.run([uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    try:
+        proc = subprocess.run([binary or uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    except OSError as exc:  # the binary went away or cannot run
+        raise EnvironmentSkip(f"{what} failed: cannot run uv ({exc.strerror or exc})") from None
     if proc.returncode != 0:
         raise EnvironmentSkip(f"{what} failed: {install_error(proc)}")
     return proc
 
 
+ERROR_MARKS = ("×", "error:", "╰─▶")
+CAUSE_MARKS = ("caused by:", "cause:")
+
+
 def install_error(proc: subprocess.CompletedProcess) -> str:
-    """The line of uv's stderr that says why, for the skip reason."""
+    """What uv's stderr says is wrong, on one line: its error line and the causes it gives under it."""
     lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
-    for ln in lines:
-        if ln.startswith(("×", "error:", "╰─▶")):
-            return ln.lstrip("×╰─▶ ").strip()
+    for i, ln in enumerate(lines):
+        if ln.startswith(ERROR_MARKS):
+            said = [_unmarked(ln)]
+            for cause in lines[i + 1:]:
+                if cause.startswith("╰─▶"):
+                    said.append(_unmarked(cause))
+                elif cause.lower().startswith(CAUSE_MARKS):
+                    said.append(cause.split(":", 1)[1].strip())
+                else:
+                    break
+            return ": ".join(x.rstrip(":").strip() for x in said if x.rstrip(":").strip())
     return lines[-1] if lines else f"uv exited with status {proc.returncode}"
+
+
+def _unmarked(line: str) -> str:
+    line = line.lstrip("×╰─▶ ").strip()
+    return line.removeprefix("error:").strip()

@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,8 +36,9 @@ from packaging.utils import (
 )
 from packaging.version import InvalidVersion, Version
 
-from harness.errors import UsageError
+from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.releases.packages import Package
+from harness.releases.uvtool import uv
 
 PACKAGE = "onnxruntime"  # the default package's name, as a word in messages
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
@@ -102,15 +102,11 @@ def configured_index_url(uv_bin: str) -> str:
     from the same index the release list is read from.
     """
     with tempfile.NamedTemporaryFile("w", suffix=".in") as empty:
-        out = subprocess.run(
-            [uv_bin, "pip", "compile", empty.name, "--emit-index-url", "--quiet", "--no-header"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        out = uv("pip", "compile", empty.name, "--emit-index-url", "--quiet", "--no-header",
+                 what="asking uv for its index", binary=uv_bin).stdout
     match = re.search(r"^--index-url\s+(\S+)", out, re.M)
     if not match:
-        raise RuntimeError(f"uv did not report its index URL: {out!r}")
+        raise IndexUnavailable(f"uv did not report its index URL: {out[:200]!r}")
     return match.group(1).rstrip("/")
 
 
@@ -223,11 +219,12 @@ class ReleaseIndex:
             return [Release(**r) for r in cached["releases"]]
         try:
             releases = releases_from_simple_json(self._fetch(), pre=self.package.pre)
-        except (IndexUnavailable, subprocess.CalledProcessError, OSError) as exc:
+        except (IndexUnavailable, EnvironmentSkip, OSError) as exc:
             if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
+            # uv failing, the configured index unreachable: the tool's environment, not the request (exit 1)
             why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise UsageError(f"cannot list {name} releases from the package index: {why}") from None
+            raise HarnessError(f"cannot list {name} releases from the package index: {why}") from None
         self._write_cache(releases)
         return releases
 

@@ -12,7 +12,7 @@ from harness.releases.packages import Package
 from harness.releases.uvtool import uv
 from harness.releases.versions import Release, Target
 from harness.runners.base import Environment, forget_build, locked_build
-from harness.runners.uv import NUMPY, require_wheel
+from harness.runners.uv import require_wheel
 
 
 def site_dir(cache_dir: Path, target: Target, version: str, package: Package = Package()) -> Path:
@@ -22,7 +22,7 @@ def site_dir(cache_dir: Path, target: Target, version: str, package: Package = P
 def site_install_args(site: str, target: Target, version: str, package: Package = Package()) -> list[str]:
     """`uv` arguments that install the package's `version` and numpy for `target` into the directory `site`."""
     return ["pip", "install", "--target", site, "--python-platform", f"{target.arch}-unknown-linux-gnu",
-            "--python-version", target.python, *package.uv_args(), package.requirement(version), NUMPY]
+            "--python-version", target.python, *package.install_args(version)]
 
 
 def prepare_site(cache_dir: Path, target: Target, release: Release,

@@ -21,7 +21,6 @@ from harness.runners.base import (
     native_arch,
 )
 
-NUMPY = "numpy"
 BUILD_INFO = "ortbisect-build-info.json"  # get_build_info() of an environment's build, read once
 
 
@@ -60,7 +59,7 @@ class UvRunner(Runner):
         def build(path: Path) -> dict:
             uv("venv", "--quiet", "--python", self.target.python, str(path), what="uv venv")
             uv("pip", "install", "--quiet", "--no-compile-bytecode", "--python", str(path / "bin" / "python"),
-               *pkg.uv_args(), pkg.requirement(release.version), NUMPY,
+               *pkg.install_args(release.version),
                what=f"installing {pkg.name} {release.version}")
             return {"python": self.target.python, "package": pkg.name}
 

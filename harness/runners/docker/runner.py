@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 
 from harness.errors import EnvironmentSkip, UsageError
+from harness.releases.packages import Package
 from harness.releases.versions import Release
 from harness.runners.base import WORKER, Check, Environment, Runner, native_arch
 from harness.runners.docker import engine as de
@@ -112,7 +113,7 @@ class DockerRunner(Runner):
         cpu = provenance.get("cpu")
         python = provenance.get("python") or "3.11"
         platform = de.docker_platform(provenance.get("arch") or native_arch())
-        inside = f"pip install onnxruntime=={shlex.quote(version)} numpy && python {shlex.quote(script)}"
+        inside = f"{shlex.join(['pip', 'install', *Package().install_args(version)])} && python {shlex.quote(script)}"
         # values of a record, quoted: the command is for a reader to paste
         reproduce = (f"docker run --rm --platform {shlex.quote(platform)}"
                      + (f" -e {shlex.quote(f'QEMU_CPU={cpu}')}" if cpu else "")
