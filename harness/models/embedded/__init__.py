@@ -17,7 +17,7 @@ import hashlib
 import importlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 
 from harness.worker import file_identity
@@ -51,11 +51,11 @@ def _write_atomic(path: Path, data: bytes) -> str:
             return digest  # already there: keep its mtime, so digests stay memoised
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # created as open() creates a file (0666 less the umask), not 0600 as mkstemp does; reading the umask
+    # would set it for a moment, for every thread and every process started then
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give normal file permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
