@@ -59,8 +59,9 @@ def check_environment(env: Path, cache_dir: Path) -> None:
     with _trusted_lock:
         if env in _trusted:
             return
+    lock = os.path.join(env, UV_LOCK)
     for entry, st in _entries(env, cache_dir):
-        if entry.parent == env and entry.name == UV_LOCK and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        if entry == lock and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
             continue  # uv's lock of an environment built before its lock was tightened: only ever locked
         problem = entry_problem(st)
         if problem:
@@ -87,12 +88,16 @@ def forget(env: Path) -> None:
 
 def _entries(env: Path, top: Path):
     """(path, lstat) of each directory from `top` down to `env`, then of everything under `env` (links not
-    followed)."""
+    followed; strings below `env`: an environment holds thousands of files)."""
     env, top = Path(env), Path(top)
     chain = [env, *env.parents]
     for d in reversed(chain[: chain.index(top) + 1] if top in chain else [env]):
         yield d, os.stat(d) if d == top else os.lstat(d)  # the cache through a link, as check_cache_dir
-    for root, dirs, files in os.walk(env):
-        for name in (*dirs, *files):
-            p = Path(root, name)
-            yield p, os.lstat(p)
+    folders = [str(env)]
+    while folders:
+        with os.scandir(folders.pop()) as listing:
+            for entry in listing:
+                st = entry.stat(follow_symlinks=False)
+                yield entry.path, st
+                if stat.S_ISDIR(st.st_mode):
+                    folders.append(entry.path)
