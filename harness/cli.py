@@ -12,6 +12,7 @@ import errno
 import faulthandler
 import importlib
 import json
+import os
 import signal
 import sys
 import warnings
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     interrupted, 143 terminated), one line on stderr and, when the command line has --json, one JSON object
     `{"error": ..., "exit_status": ...}` on stdout."""
     args = sys.argv[1:] if argv is None else list(argv)
+    # nothing the tool makes (runs, environments, uv's and the worker's files: children inherit it) is group or
+    # world writable, whatever the umask it was given: a shared machine's other users could change what runs
+    os.umask(os.umask(0o022) | 0o022)
     if argv is None:  # the process is ours: `kill -USR1 PID` prints every thread's stack (to diagnose a hang)
         faulthandler.register(signal.SIGUSR1, all_threads=True)
         signal.signal(signal.SIGTERM, _terminated)

@@ -47,7 +47,6 @@ INTERESTING_FLAGS = (
     "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_fp16", "avx_vnni",
 )
 
-
 # Linux arm64 hwcap bits (uapi asm/hwcap.h): fp16 arithmetic is asimdhp.
 ARM64_HWCAP = {0: "fp", 1: "asimd", 9: "fphp", 10: "asimdhp", 20: "asimddp", 22: "sve", 23: "asimdfhm"}
 ARM64_HWCAP2 = {1: "sve2", 13: "i8mm", 14: "bf16", 23: "sme", 37: "sme2"}
@@ -88,11 +87,7 @@ def cpu_info():
             flags = arm64_hwcaps()
         except (OSError, AttributeError):
             pass
-    return {
-        "machine": platform.machine(),
-        "model": model,
-        "flags": sorted(f for f in flags if f in INTERESTING_FLAGS),
-    }
+    return {"machine": platform.machine(), "model": model, "flags": sorted(f for f in flags if f in INTERESTING_FLAGS)}
 
 
 def session_options(ort, opts):
@@ -103,10 +98,9 @@ def session_options(ort, opts):
     mode = opts.get("execution_mode")
     if mode:
         so.execution_mode = getattr(ort.ExecutionMode, EXEC_MODES[mode])
-    if opts.get("intra_op_num_threads") is not None:
-        so.intra_op_num_threads = int(opts["intra_op_num_threads"])
-    if opts.get("inter_op_num_threads") is not None:
-        so.inter_op_num_threads = int(opts["inter_op_num_threads"])
+    for threads in ("intra_op_num_threads", "inter_op_num_threads"):
+        if opts.get(threads) is not None:
+            setattr(so, threads, int(opts[threads]))
     for key, value in sorted((opts.get("config") or {}).items()):
         so.add_session_config_entry(key, str(value))
     if opts.get("optimized_model_filepath"):
@@ -213,10 +207,16 @@ def rows_summary(np, feeds, names, values):
     }
 
 
+def file_identity(path):
+    """The key of every memo of a file's content (the harness's too): a copy keeping size and mtime (cp -p, rsync -a,
+    touch -r) keeps neither the ctime, which only the kernel sets, nor the inode."""
+    st = os.stat(path)
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
 def session_key(request):
     """What makes a session: the model file as it is now, its options and providers."""
-    st = os.stat(request["model"])
-    return json.dumps([request["model"], st.st_size, st.st_mtime_ns, request.get("session_options") or {},
+    return json.dumps([request["model"], file_identity(request["model"]), request.get("session_options") or {},
                        request.get("providers")], sort_keys=True)
 
 

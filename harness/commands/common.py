@@ -80,6 +80,14 @@ def directory_option(ctx, param, value):
     return value if value is None else directory(value, max(param.opts, key=len))
 
 
+def cache_dir_option(ctx, param, value):
+    """Callback of --cache-dir: a directory option whose directory, where it exists, is the user's own and
+    writable by no one else (what runs comes from it)."""
+    from harness.runners.ownership import check_cache_dir
+
+    return check_cache_dir(directory_option(ctx, param, value), "--cache-dir")
+
+
 class EngineAddress(click.ParamType):
     """A Docker engine: ssh://user@host, tcp://host:port, unix:///path or a docker context's name, optionally =N."""
 
@@ -159,7 +167,7 @@ graph_opt_option = click.option("--graph-opt", type=click.Choice(list(GRAPH_LEVE
 
 store_options = compose(
     click.option("--cache-dir", type=click.Path(path_type=Path), default=default_cache_dir, show_default="XDG cache",
-                 callback=directory_option, help="Environments, release listing, generated models."),
+                 callback=cache_dir_option, help="Environments, release listing, generated models."),
     click.option("--offline", is_flag=True,
                  help="Never fetch the release listing or a hub model: use the cached ones (refused when absent)."),
 )

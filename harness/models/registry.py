@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from harness.errors import UsageError
 from harness.graphs.external import ExternalTensor, location_problem
 from harness.results.store import write_atomic
+from harness.worker import file_identity
 
 if TYPE_CHECKING:
     import onnx
@@ -55,7 +57,7 @@ class Port:
 class Facts:
     """What the checks before a probe read of a model's graph.
 
-    Read from the file once and kept in the cache by (path, size, mtime), like
+    Read from the file once and kept in the cache by its path and identity (settled_identity), like
     its digest: a warm `bisect run` neither imports onnx nor parses the graph
     (together about 2 s of every run's start-up).
     """
@@ -247,22 +249,25 @@ def check_local(path: Path, spec: ModelSpec, cache_dir: Path) -> ResolvedModel:
 def model_facts(path: Path, cache_dir: Path, flag: str = "--model") -> Facts:
     """The Facts of the model file at `path`: from the cache, else read (refusing what onnx cannot read) and kept."""
     path = user_file(path, flag, ".onnx")
-    st = path.stat()
-    key = hashlib.sha256(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
-    memo = Path(cache_dir) / "model-facts" / f"{key}.json"
-    try:
-        return Facts.from_json(json.loads(memo.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        pass
+    identity = settled_identity(path)
+    memo = None
+    if identity is not None:
+        key = hashlib.sha256(f"{path.resolve()}:{identity}".encode()).hexdigest()[:32]
+        memo = Path(cache_dir) / "model-facts" / f"{key}.json"
+        try:
+            return Facts.from_json(json.loads(memo.read_text()))
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
     try:
         facts = facts_of(load_onnx(path, flag))
     except ValueError as exc:  # external data entries that are not numbers
         raise UsageError(f"{flag} {path}: {exc}") from None
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(memo, json.dumps(facts.to_json()))
-    except OSError:
-        pass  # a read-only cache: read the graph again next time
+    if memo is not None:
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(memo, json.dumps(facts.to_json()))
+        except OSError:
+            pass  # a read-only cache: read the graph again next time
     return facts
 
 
@@ -340,26 +345,46 @@ def digest_of(file_sha256s: list[str]) -> str:
     return h.hexdigest()
 
 
+def settled_identity(path: Path) -> list[int] | None:
+    """`path`'s file identity (worker.file_identity), the key of every memo of a file's content; None while its
+    last change is too recent to key a memo: a change in the same clock tick could leave the ctime as it is.
+    A ctime in whole milliseconds comes from a filesystem that keeps coarse times (FAT, HFS+, some network
+    ones: up to 2 s); otherwise the kernel's coarse clock, a tick of at most 10 ms."""
+    identity = file_identity(path)
+    ctime = identity[4]
+    slack = 2_000_000_000 if ctime % 1_000_000 == 0 else 50_000_000
+    return identity if ctime < time.time_ns() - slack else None
+
+
 def files_digest(paths: list[Path], cache_dir: Path) -> str:
-    """sha256 over the files' bytes, memoised by (path, size, mtime): a 1 GB model is hashed once."""
+    """sha256 over the files' bytes, memoised by each file's identity (inode, size, mtime and ctime, which a copy
+    keeping size and mtime cannot forge): a 1 GB model is hashed once, and again whenever it is changed."""
     memo_path = cache_dir / "digests.json"
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
         memo = {}
+    if not isinstance(memo, dict):
+        memo = {}
     hashes = []
     changed = False
     for p in paths:
-        st = p.stat()
-        key = f"{p.resolve()}:{st.st_size}:{st.st_mtime_ns}"
-        if key not in memo:
-            memo[key] = file_sha256(p)
+        name = str(p.resolve())
+        identity = settled_identity(p)
+        entry = memo.get(name)
+        if (identity is not None and isinstance(entry, dict) and entry.get("identity") == identity
+                and isinstance(entry.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", entry["sha256"])):
+            hashes.append(entry["sha256"])
+            continue
+        hashes.append(file_sha256(p))
+        if identity is not None:  # one entry per file: the memo does not grow with each change
+            memo[name] = {"identity": identity, "sha256": hashes[-1]}
             changed = True
-        hashes.append(memo[key])
     if changed:
         try:
             memo_path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(memo_path, json.dumps(memo))
+            # entries of the former (path, size, mtime) keys are dropped: a copy could fool them
+            write_atomic(memo_path, json.dumps({k: v for k, v in memo.items() if isinstance(v, dict)}))
         except OSError:
             pass
     return digest_of(hashes)

@@ -29,6 +29,7 @@ from harness.errors import EnvironmentSkip
 from harness.releases.packages import Package
 from harness.releases.versions import Release, Target
 from harness.results.locking import file_lock
+from harness.runners.ownership import check_environment, forget, tighten
 from harness.runners.provision import Log, quiet
 from harness.runners.verify import MEMO, verify_site
 from harness.runners.workers import (
@@ -242,11 +243,13 @@ class Runner(ABC):
 READY = "ortbisect-ready.json"
 
 
-def locked_build(path: Path, version: str, build) -> Environment:
+def locked_build(path: Path, version: str, build, cache_dir: Path) -> Environment:
     """Reuse `path` if a finished build is there, else build it under a per-path lock.
 
     `build(path)` fills the directory and returns info to record; the ready
-    marker is written last, so a build cut short is redone, never used.
+    marker is written last, so a build cut short is redone, never used. A
+    finished build that another user owns or may change (from `cache_dir` down)
+    is refused before it runs (ownership.check_environment).
     """
     t0 = time.perf_counter()
     marker = path / READY
@@ -256,21 +259,26 @@ def locked_build(path: Path, version: str, build) -> Environment:
             held.enter_context(file_lock(Path(str(path) + ".lock")))
         except OSError as exc:
             if marker.exists():  # a read-only cache still serves what it holds
+                check_environment(path, cache_dir)
                 return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
             raise EnvironmentSkip(f"cannot create an environment in {path.parent}: {exc.strerror or exc}") from None
         if marker.exists():
+            check_environment(path, cache_dir)
             return Environment(version, path, False, time.perf_counter() - t0, json.loads(marker.read_text()))
+        forget(path)
         shutil.rmtree(path, ignore_errors=True)
         try:
             info = build(path)
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
+        tighten(path)
         info = {**info, "version": version, "created_s": round(time.perf_counter() - t0, 3)}
         marker.write_text(json.dumps(info))
     return Environment(version, path, True, time.perf_counter() - t0, info)
 
 
 def forget_build(path: Path) -> None:
+    forget(path)
     with file_lock(Path(str(path) + ".lock")):
         (path / READY).unlink(missing_ok=True)

@@ -34,7 +34,7 @@ def prepare_site(cache_dir: Path, target: Target, release: Release,
            "--no-compile-bytecode", what=f"installing {package.name} {release.version} for {target.arch}")
         return {"python": target.python, "arch": target.arch, "package": package.name}
 
-    return locked_build(site_dir(cache_dir, target, release.version, package), release.version, build)
+    return locked_build(site_dir(cache_dir, target, release.version, package), release.version, build, cache_dir)
 
 
 def discard_site(env: Environment) -> None:

@@ -63,7 +63,7 @@ class UvRunner(Runner):
                what=f"installing {pkg.name} {release.version}")
             return {"python": self.target.python, "package": pkg.name}
 
-        return locked_build(self.env_dir(release.version), release.version, build)
+        return locked_build(self.env_dir(release.version), release.version, build, self.cache_dir)
 
     def discard(self, env: Environment) -> None:
         forget_build(env.path)

@@ -17,8 +17,10 @@ import hashlib
 import importlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
+
+from harness.worker import file_identity
 
 from .names import DEFAULT_SEED, GEMMA_300M, GEMMA_300M_DATA, RMSNORM
 
@@ -49,11 +51,11 @@ def _write_atomic(path: Path, data: bytes) -> str:
             return digest  # already there: keep its mtime, so digests stay memoised
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    # created as open() creates a file (0666 less the umask), not 0600 as mkstemp does; reading the umask
+    # would set it for a moment, for every thread and every process started then
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; give normal file permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -119,7 +121,7 @@ def _materialize_files(variant: str, dest: Path, files: dict[str, bytes]) -> dic
 def _materialize_300m(dest: Path, seed: int) -> dict:
     """gemma-300m-synthetic: model.onnx, its external data and the tokenizer, written once per recipe.
 
-    About 600 MB: the stamp records each file's size and mtime instead of a
+    About 600 MB: the stamp records each file's identity (inode, size, mtime and ctime) instead of a
     digest, so a warm call costs a few stats, not a pass over the weights.
     """
     recipe = {"variant": GEMMA_300M, "seed": seed,
@@ -167,9 +169,9 @@ def existing(variant: str, dest_dir: Path, *, seed: int = DEFAULT_SEED) -> dict 
     return None
 
 
-def _stat(path: Path) -> tuple[int, int]:
-    st = path.stat()
-    return st.st_size, st.st_mtime_ns
+def _stat(path: Path) -> list[int]:
+    # the identity every memo of a file is keyed by: a copy over the weights that keeps size and mtime is seen
+    return file_identity(path)
 
 
 def _paths_300m(dest: Path, seed: int) -> dict:

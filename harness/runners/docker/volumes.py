@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.models.registry import settled_identity
 from harness.results.locking import file_lock
 
 MARKER = ".ortbisect-complete"
@@ -67,17 +68,18 @@ def volume_name(*parts: str) -> str:
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file, remembered for its (path, size, mtime) in this process."""
-    st = path.stat()
-    key = (str(path), st.st_size, st.st_mtime_ns)
+    """sha256 of a file, remembered for its path and identity (inode, size, mtime, ctime) in this process."""
+    identity = settled_identity(path)
+    key = (str(path), *identity) if identity is not None else None
     with _digests_lock:
         if key in _digests:
             return _digests[key]
     with open(path, "rb") as f:
-        h = hashlib.file_digest(f, "sha256")
-    with _digests_lock:
-        _digests[key] = h.hexdigest()
-    return _digests[key]
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    if key is not None:
+        with _digests_lock:
+            _digests[key] = digest
+    return digest
 
 
 def tree_digest(root: Path) -> str:
@@ -196,8 +198,8 @@ def model_files(model: Path) -> list[Path]:
     import onnx
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
 
-    st = model.stat()
-    key = ("model-files", str(model), st.st_size, st.st_mtime_ns)
+    identity = settled_identity(model)
+    key = ("model-files", str(model), *identity) if identity is not None else None
     with _digests_lock:
         if key in _digests:
             return [Path(p) for p in json.loads(_digests[key])]
@@ -205,8 +207,9 @@ def model_files(model: Path) -> list[Path]:
     tensors = [*proto.graph.initializer, *(a.t for n in proto.graph.node for a in n.attribute if a.HasField("t"))]
     data = sorted({model.parent / ExternalDataInfo(t).location for t in tensors if uses_external_data(t)})
     files = [model, *data]
-    with _digests_lock:
-        _digests[key] = json.dumps([str(p) for p in files])
+    if key is not None:
+        with _digests_lock:
+            _digests[key] = json.dumps([str(p) for p in files])
     return files
 
 
