@@ -7,10 +7,12 @@ lives here, apart from harness.runners.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 from harness.errors import EnvironmentSkip
+from harness.releases.credentials import redact
 
 
 def uv_bin() -> str:
@@ -26,23 +28,25 @@ def uv_bin() -> str:
         return found
 
 
-def uv(*args: str, what: str) -> subprocess.CompletedProcess:
+def uv(*args: str, what: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     """Run uv; a failure becomes a skip whose reason is uv's own explanation.
 
     Installs pass --no-compile-bytecode: a project's `compile-bytecode` setting
     (this one's included) would otherwise compile ~2,500 files into every
     release environment, 10 s instead of 1 s; the worker writes the few .pyc
-    files it needs on its first run.
+    files it needs on its first run. `env` is added to the harness's environment (a source's credentials:
+    harness.releases.credentials).
     """
-    proc = subprocess.run([uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          env={**os.environ, **env} if env else None)
     if proc.returncode != 0:
         raise EnvironmentSkip(f"{what} failed: {install_error(proc)}")
     return proc
 
 
 def install_error(proc: subprocess.CompletedProcess) -> str:
-    """The line of uv's stderr that says why, for the skip reason."""
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    """The line of uv's stderr that says why, for the skip reason (a URL's credentials masked: it is recorded)."""
+    lines = [redact(ln.strip()) for ln in proc.stderr.splitlines() if ln.strip()]
     for ln in lines:
         if ln.startswith(("×", "error:", "╰─▶")):
             return ln.lstrip("×╰─▶ ").strip()

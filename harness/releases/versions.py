@@ -38,6 +38,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
+from harness.releases.credentials import redact
 from harness.releases.packages import Package
 
 PACKAGE = "onnxruntime"  # the default package's name, as a word in messages
@@ -110,7 +111,7 @@ def configured_index_url(uv_bin: str) -> str:
         ).stdout
     match = re.search(r"^--index-url\s+(\S+)", out, re.M)
     if not match:
-        raise RuntimeError(f"uv did not report its index URL: {out!r}")
+        raise RuntimeError(f"uv did not report its index URL: {redact(out)!r}")
     return match.group(1).rstrip("/")
 
 
@@ -226,18 +227,19 @@ class ReleaseIndex:
         except (IndexUnavailable, subprocess.CalledProcessError, OSError) as exc:
             if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise UsageError(f"cannot list {name} releases from the package index: {why}") from None
         self._write_cache(releases)
         return releases
 
     def _sources(self) -> list[tuple[str, dict]]:
-        """(source, PEP 691 document) of each --index-url and --find-links location."""
+        """(source, PEP 691 document) of each --index-url and --find-links location (the source redacted:
+        a release's source is shown and recorded)."""
         docs = []
         for url in self.package.index_urls:
-            docs.append((url, self._read_source(url, index=True)))
+            docs.append((redact(url), self._read_source(url, index=True)))
         for link in self.package.find_links:
-            docs.append((link, self._read_source(link, index=False)))
+            docs.append((redact(link), self._read_source(link, index=False)))
         return docs
 
     def _read_source(self, where: str, index: bool) -> dict:
@@ -246,7 +248,7 @@ class ReleaseIndex:
         try:
             if parsed.scheme in ("http", "https"):
                 if self.offline:
-                    raise UsageError(f"{flag} {where}: --offline reads no URL")
+                    raise UsageError(f"{flag} {redact(where)}: --offline reads no URL")
                 return fetch_project(where, self.package.name) if index else fetch_page(where)
             path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(where)
             if index:
@@ -257,8 +259,8 @@ class ReleaseIndex:
                 return files_of_directory(page)
             return files_of_directory(path)
         except (IndexUnavailable, OSError) as exc:
-            raise UsageError(f"{flag} {where}: cannot list {self.package.name} wheels there: "
-                             f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+            raise UsageError(f"{flag} {redact(where)}: cannot list {self.package.name} wheels there: "
+                             f"{redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])}") from None
 
     def _read_cache(self) -> dict | None:
         try:

@@ -57,6 +57,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
+from harness.releases.credentials import redact
 from harness.results.evidence import (
     MAX_RECORD_BYTES,
     RUN_ID_RE,
@@ -207,7 +208,8 @@ class RunStore:
                 "commands": [],
             }
             manifest.update(info)
-            manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            # the command line as typed may hold a source's credentials: kept redacted, as every record holds them
+            manifest["commands"].append({"argv": [redact(str(a)) for a in command], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
         except OSError as exc:
             raise HarnessError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None

@@ -59,9 +59,10 @@ class UvRunner(Runner):
 
         def build(path: Path) -> dict:
             uv("venv", "--quiet", "--python", self.target.python, str(path), what="uv venv")
+            sources, secrets = pkg.uv_args()
             uv("pip", "install", "--quiet", "--no-compile-bytecode", "--python", str(path / "bin" / "python"),
-               *pkg.uv_args(), pkg.requirement(release.version), NUMPY,
-               what=f"installing {pkg.name} {release.version}")
+               *sources, pkg.requirement(release.version), NUMPY,
+               what=f"installing {pkg.name} {release.version}", env=secrets)
             return {"python": self.target.python, "package": pkg.name}
 
         return locked_build(self.env_dir(release.version), release.version, build)
