@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import sys
 import threading
 import time
@@ -313,7 +314,7 @@ class RunStore:
             bad = ev.corrupt[0]
             more = f" (and {len(ev.corrupt) - 1} more)" if len(ev.corrupt) > 1 else ""
             raise HarnessError(f"{bad}{more}; a record that cannot be read is not skipped: set it aside with "
-                               f"`bisect merge {self.dir.parent} {self.dir} --quarantine`")
+                               f"`{shlex.join(['bisect', 'merge', str(self.dir.parent), str(self.dir), '--quarantine'])}`")
         if ev.torn and (str(ev.path), len(ev.torn.raw)) not in _reported_torn:
             _reported_torn.add((str(ev.path), len(ev.torn.raw)))
             warnings.warn(TornLineWarning(f"{ev.torn}: left out; the next probe recorded cuts it off"), stacklevel=2)
