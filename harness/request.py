@@ -43,6 +43,7 @@ from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.reference import Reference
+from harness.releases.credentials import has_secret, redact
 from harness.releases.packages import Package, known_eps, of_key
 from harness.releases.uvtool import uv_bin
 from harness.releases.versions import (
@@ -227,7 +228,13 @@ def package(pkg: Package, device: bool = True) -> Package:
             raise UsageError(f"--find-links {link}: no such directory")
     for url in pkg.index_urls:
         if url.startswith("file://") and not Path(url.removeprefix("file://")).is_dir():
-            raise UsageError(f"--index-url {url}: no such directory")
+            raise UsageError(f"--index-url {redact(url)}: no such directory")
+    for flag, sep, values in (("--index-url", " ", pkg.index_urls), ("--find-links", ",", pkg.find_links)):
+        # uv takes these through one environment variable when one holds a secret, its values split at `sep`
+        if any(has_secret(v) for v in values) and any(sep in v for v in values):
+            bad = next(v for v in values if sep in v)
+            raise UsageError(f"{flag} {redact(bad)}: a source with {sep!r} in it cannot go beside one that carries "
+                             "credentials; quote it as %2C or %20")
     problem = device_missing(pkg) if device else None
     if problem:
         raise UsageError(f"--ep {pkg.ep}: {problem}; nothing was installed")
@@ -404,7 +411,7 @@ def _check_resumed(spec: SearchSpec, manifest: dict, pi: ProbeInputs, runner: Ru
     differ = [k for k, v in mine.items() if k in theirs and theirs[k] != v]
     if theirs.get("repeat", 1) != spec.repeat:
         differ.append("repeat")
-    if of_key(theirs, spec.package.pre) != spec.package:
+    if of_key(theirs, spec.package.pre) != spec.package.redacted():
         differ.append("package or provider")
     if differ:
         raise UsageError(f"--resume {spec.resume}: that run was made for another {', '.join(differ)}; "

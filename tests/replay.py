@@ -18,10 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from harness.errors import EnvironmentSkip
+from harness.releases.builds import WHEEL_COMMITS
 from harness.releases.versions import Release, Target
 from harness.runners.base import Environment, Runner
 from harness.runners.workers import ProcessOutcome
-
 
 def outputs(rows: int = 4, nan_rows: int = 0, inf_rows: int = 0, name: str = "y") -> dict:
     """The worker's statistics of one output."""
@@ -29,26 +29,21 @@ def outputs(rows: int = 4, nan_rows: int = 0, inf_rows: int = 0, name: str = "y"
             "rows": rows, "nan_rows": nan_rows, "inf_rows": inf_rows, "zero_rows": 0, "nan": nan_rows, "inf": inf_rows,
             "max_abs": 1.0, "min": -1.0, "max": 1.0}
 
-
 def ran(nan_rows: int = 0, rows: int = 4) -> ProcessOutcome:
     return ProcessOutcome(0, None, False, 0.01, "", {"stage": "done", "outputs": [outputs(rows, nan_rows)]})
-
 
 def crash(signal: int = 9) -> ProcessOutcome:
     return ProcessOutcome(None, signal, False, 0.01, "", {"stage": "run"})
 
-
 def error(message: str = "ValueError: no kernel") -> ProcessOutcome:
     return ProcessOutcome(3, None, False, 0.01, "", {"stage": "session", "error": message})
 
-
 def commit_of(version: str) -> str:
-    """A stand-in git commit id per release, as get_build_info() would name it."""
-    return hashlib.sha1(version.encode()).hexdigest()[:10]
-
+    """The git commit id a release's wheel names in get_build_info(): the published one where it is known
+    (harness.releases.builds checks it), else a stand-in."""
+    return WHEEL_COMMITS["onnxruntime"].get(version) or hashlib.sha1(version.encode()).hexdigest()[:10]
 
 SKIP = "skip"  # an outcome that makes prepare() raise EnvironmentSkip
-
 
 class ReplayRunner(Runner):
     backend = "replay"
@@ -96,6 +91,9 @@ class ReplayRunner(Runner):
             raise EnvironmentSkip(f"no recorded outcome for {release.version}")
         return Environment(release.version, Path("/nonexistent-env"), False, 0.0)
 
+    def verify(self, env: Environment) -> str | None:
+        return None  # a replayed outcome has no files to verify
+
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         self.calls.append(env.version)
         self.models.append(Path(request["model"]).name)
@@ -116,7 +114,6 @@ class ReplayRunner(Runner):
             outcome = dataclasses.replace(outcome, result={**outcome.result, "onnxruntime": {"version": env.version,
                                                                                          "build_info": build}})
         return outcome
-
 
 def releases(*versions: str) -> list[Release]:
     return [Release(v, [f"onnxruntime-{v}-cp311-cp311-manylinux_2_27_x86_64.whl"]) for v in versions]

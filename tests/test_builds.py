@@ -26,5 +26,7 @@ def test_abbreviations_of_one_commit_agree_and_short_ones_decide_nothing():
 def test_what_the_table_does_not_know_is_not_refused():
     assert build_mismatch("onnxruntime", "9.0.0", info("0123456789")) is None  # a newer release
     assert build_mismatch("onnxruntime", "9.0.0", info("26250ae74d")) == "its build names commit 26250ae74d (onnxruntime 1.19.0's)"
+    assert build_mismatch("onnxruntime", "1.20.0.dev2", info("c4fb724e81")) is None  # a dev build of a release's commit
+    assert build_mismatch("onnxruntime", "1.20.0rc1", info("c4fb724e81")) is None
     assert build_mismatch("onnxruntime-openvino", "1.24.1", info("b5963e82c8")) is None  # another package's builds
     assert build_mismatch("onnxruntime", "1.24.1", "a local build, no commit") is None

@@ -49,7 +49,7 @@ def test_the_default_package_adds_nothing_to_keys_names_or_requests():
     assert pkg.key() == {} and pkg.is_default
     assert pkg.env_name("1.24.1") == "onnxruntime-1.24.1"  # the environments made before packages existed
     assert pkg.providers_request() is None  # the worker's own default: the CPU provider, no options
-    assert pkg.requirement("1.24.1") == "onnxruntime==1.24.1" and pkg.uv_args() == []
+    assert pkg.requirement("1.24.1") == "onnxruntime==1.24.1" and pkg.uv_args() == ([], {})
     key = {"model": "m", "arch": "x86_64", **pkg.key()}
     assert run_id_for("m", key) == f"m-x86_64-{run_id_for('m', key).rsplit('-', 1)[1]}"
 
@@ -63,8 +63,8 @@ def test_another_package_provider_or_source_is_another_run_and_environment():
     assert links.key() == {"package": "onnxruntime", "ep": "cpu", "find_links": ["/wheels"]}
     assert links.env_name("1.20.0") != Package().env_name("1.20.0")  # the same number from elsewhere
     assert Package(find_links=("/other",)).env_name("1.20.0") != links.env_name("1.20.0")
-    assert links.uv_args() == ["--find-links", "/wheels"]
-    assert Package(index_urls=("http://127.0.0.1:1/simple",)).uv_args() == ["--index", "http://127.0.0.1:1/simple"]
+    assert links.uv_args() == (["--find-links", "/wheels"], {})
+    assert Package(index_urls=("http://127.0.0.1:1/simple",)).uv_args() == (["--index", "http://127.0.0.1:1/simple"], {})
     gpu = Package("onnxruntime-gpu", "cuda")
     assert gpu.requirement("1.24.1") == "onnxruntime-gpu[cuda,cudnn]==1.24.1"  # the CUDA runtime from the index
     assert Package("onnxruntime-gpu", "cpu").requirement("1.24.1") == "onnxruntime-gpu==1.24.1"

@@ -365,6 +365,103 @@ def test_a_hostile_cpu_or_python_in_a_record_stays_one_argument_of_the_suggested
     assert not [line for line in env["reproduce"].splitlines() if line.lstrip().startswith("touch")], env["reproduce"]
 
 
+# A file name and a package name that, pasted unquoted, run `touch` three ways (a list, a substitution, backticks)
+SHELL_NAME = "m.onnx; touch PASTED-RAN $(touch PASTED-RAN2) `touch PASTED-RAN3` 'q\"&|<>*"
+SHELL_PACKAGE = "onnxruntime; touch PASTED-RAN4 #"
+STUBBED = ("python", "pip", "uv", "bisect")
+
+
+def _stub_path(scratch: Path) -> tuple[dict, Path]:
+    """An environment whose PATH finds, first, stubs of the commands a report suggests (python, pip, uv, bisect,
+    good/bin/pip) that only record their argv; the real coreutils after them, so an injected `touch` would run."""
+    log = scratch / "argv.log"
+    stub = '#!/bin/sh\n{ printf "%s\\0" "$0" "$@"; printf "\\036"; } >> "$ARGV_LOG"\n'
+    for where in [scratch / "stubs" / name for name in STUBBED] + [scratch / "good" / "bin" / "pip"]:
+        where.parent.mkdir(parents=True, exist_ok=True)
+        where.write_text(stub)
+        where.chmod(0o755)
+    return {"PATH": f"{scratch / 'stubs'}:/usr/bin:/bin", "ARGV_LOG": str(log), "HOME": str(scratch)}, log
+
+
+def _pasted(lines: list[str], scratch: Path) -> list[list[str]]:
+    """Each line run by `sh -c` in `scratch`, as a reader pastes it: the argv each stubbed command received."""
+    env, log = _stub_path(scratch)
+    for line in lines:
+        ran = subprocess.run(["sh", "-c", line], cwd=scratch, env=env, capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, (line, ran.stderr)
+    calls = log.read_bytes().decode().split("\x1e")[:-1] if log.exists() else []
+    return [[Path(c.split("\0")[0]).name, *c.split("\0")[1:-1]] for c in calls]
+
+
+def _suggested_lines(md: str, script: str) -> list[str]:
+    """Every shell line the report and the repro script's docstring tell a reader to run (comments left to sh)."""
+    commands = next(c for k, c in _fences(md).items() if k.startswith("block") and "pip install" in c)
+    doc = _constants(script)["__doc__"]
+    told = [ln.strip() for ln in doc.splitlines() if ln.startswith("    ") and ln.split()[0] in ("pip", "python")]
+    return [ln for ln in commands.splitlines() if ln.strip()] + told
+
+
+def test_every_suggested_shell_line_of_a_hostile_report_runs_nothing_and_keeps_each_value_one_argument(
+        run_dir, tmp_path):
+    _edit_manifest(run_dir, lambda m: (m["model"].update(path=f"/elsewhere/{SHELL_NAME}"),
+                                       m["key"].update(package=SHELL_PACKAGE)))
+    doc, md, script = _report(run_dir)
+    lines = _suggested_lines(md, script)
+    assert len(lines) >= 4, lines  # pip install and python repro.py --full, in the report and in the docstring
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    calls = _pasted(lines, scratch)
+    assert not list(scratch.glob("PASTED-RAN*")), sorted(p.name for p in scratch.iterdir())
+    assert len(calls) == len(lines), (lines, calls)  # each line one command: nothing cut a line in two
+    fulls = [c for c in calls if c[0] == "python" and "--full" in c]
+    assert fulls and all(c == ["python", REPRO, "--full", SHELL_NAME] for c in fulls), fulls
+    installs = [c for c in calls if c[0] == "pip"]
+    assert {c[2] for c in installs} == {f"{SHELL_PACKAGE}==1.20.0", f"{SHELL_PACKAGE}==VERSION"}, installs
+    assert all(len(c) == 4 for c in installs), installs
+
+
+def test_a_slowdown_report_s_venv_line_and_baseline_stay_one_argument_each(run_dir, tmp_path):
+    """The slowdown's lines (a venv of the good release, the script timed against it) from a hostile record."""
+    _edit_manifest(run_dir, lambda m: m["model"].update(path=f"/elsewhere/{SHELL_NAME}"))
+    doc, _, _ = _report(run_dir)
+    for p in doc["probes"]:  # probes with timings: the document of a slowdown
+        p["timing"] = {}
+    md = upstream.markdown(doc)
+    commands = next(c for k, c in _fences(md).items() if k.startswith("block") and "--baseline" in c)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    calls = _pasted([ln for ln in commands.splitlines() if ln.strip()], scratch)
+    assert not list(scratch.glob("PASTED-RAN*"))
+    assert ["python", REPRO, "--baseline", "good/bin/python", "--full", SHELL_NAME] in calls, calls
+    assert ["pip", "install", "onnxruntime==1.19.2", "numpy"] in calls, calls
+
+
+@pytest.mark.release
+def test_the_repro_script_s_give_the_model_line_keeps_a_hostile_file_name_one_argument(run_dir, tmp_path,
+                                                                                      fresh_python):
+    _edit_manifest(run_dir, lambda m: m["model"].update(path=f"/elsewhere/{SHELL_NAME}"))
+    _, _, script = _report(run_dir)
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / REPRO).write_text(script)
+    asked = subprocess.run([str(fresh_python("1.19.2")), REPRO, "--full"], cwd=where, capture_output=True,
+                           text=True, timeout=300)
+    assert asked.returncode == 2, asked.stderr
+    (line,) = [ln.removeprefix("give the model: ") for ln in asked.stderr.splitlines() if "give the model" in ln]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    assert _pasted([line], scratch) == [["python", REPRO, "--full", SHELL_NAME]]
+    assert not list(scratch.glob("PASTED-RAN*"))
+
+
+def test_the_dashboard_s_suggested_report_line_quotes_the_run_id(tmp_path):
+    from harness.report.escape import sh_line
+
+    assert shlex.split(sh_line(["bisect", "report", SHELL_NAME])) == ["bisect", "report", SHELL_NAME]
+    line = sh_line(["python", REPRO, "--full", "a\nb; touch x"], "said\n rm -rf ~", 20)
+    assert "\n" not in line and shlex.split(line, comments=True) == ["python", REPRO, "--full", "a\\x0ab; touch x"]
+
+
 # -- with a release: the hostile script still judges ---------------------------------------------------------
 
 

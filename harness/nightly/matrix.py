@@ -82,6 +82,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import UsageError
+from harness.releases.credentials import redact
 from harness.releases.packages import Package
 from harness.runners import AUTO, BACKENDS, check_target
 from harness.vocabulary import (
@@ -145,8 +146,9 @@ class Cell:
 
     @property
     def key(self) -> str:
-        """Short stable digest of what the cell asks (not of its position in the file, nor of its labels)."""
-        doc = {k: v for k, v in asdict(self).items()
+        """Short stable digest of what the cell asks (not of its position in the file, nor of its labels, nor of a
+        source's credentials)."""
+        doc = {k: v for k, v in self._stored().items()
                if k not in ("index", "provider") and not (k in CELL_DEFAULTS and v == CELL_DEFAULTS[k])}
         return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:10]
 
@@ -186,8 +188,13 @@ class Cell:
         parts.append(self.mode)
         return "/".join(parts)
 
+    def _stored(self) -> dict:
+        """The cell's fields as anything written holds them: the sources' credentials masked."""
+        return {**asdict(self), "index_urls": tuple(redact(u) for u in self.index_urls),
+                "find_links": tuple(redact(u) for u in self.find_links)}
+
     def as_json(self) -> dict:
-        doc = asdict(self)
+        doc = self._stored()
         doc.update(outputs=list(self.outputs), key=self.key, name=self.name, model_label=self.model_label,
                    runner=RUNNERS.get(self.arch, "ubuntu-latest"))
         return doc
@@ -372,7 +379,7 @@ def _strings(path: Path, where: str, entry: dict, key: str) -> list[str]:
     value = entry.get(key, [])
     values = [value] if isinstance(value, str) else value
     if not isinstance(values, list) or not all(isinstance(v, str) and v.strip() for v in values):
-        _fail(path, f"{where}: {key} {value!r}: give a text or a list of them, as --{key.replace('_', '-')} takes")
+        _fail(path, f"{where}: {key} {redact(repr(value))}: give a text or a list of them, as --{key.replace('_', '-')} takes")
     return [v.strip() for v in values]
 
 

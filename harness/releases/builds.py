@@ -10,6 +10,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+from packaging.version import InvalidVersion, Version
+
 from harness.releases.packages import parse_build_info
 
 #: release -> the commit (as abbreviated in the build info) its `onnxruntime` wheel names
@@ -33,6 +35,13 @@ def _same_commit(a: str, b: str) -> bool:
     return n >= 7 and a[:n] == b[:n]
 
 
+def _is_pre(version: str) -> bool:
+    try:
+        return Version(version).is_prerelease
+    except InvalidVersion:
+        return True
+
+
 def build_mismatch(package: str, version: str, build_info: str | None) -> str | None:
     """Why a build that reports `build_info` is not `package` `version` as published, or None (also where
     nothing is known: a release newer than this table, another package, a build that names no commit)."""
@@ -46,5 +55,7 @@ def build_mismatch(package: str, version: str, build_info: str | None) -> str | 
     other = next((v for v, c in known.items() if v != version and _same_commit(commit, c)), None)
     whose = f" ({package} {other}'s)" if other else ""
     if expected is None:
-        return f"its build names commit {commit}{whose}" if other else None
+        # a development build or release candidate may come from a release's own commit: only a final
+        # release this table does not know yet is held to having a commit of its own
+        return f"its build names commit {commit}{whose}" if other and not _is_pre(version) else None
     return f"its build names commit {commit}{whose}, not {expected} ({version}'s wheel)"

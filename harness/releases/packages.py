@@ -10,16 +10,20 @@ adds nothing to a run's key, environment names or requests, so runs and
 environments made before packages existed keep their ids and are reused. Any
 other choice is part of the key (a run of another package or provider is
 another run) and of the environment's name (a wheel from another source is
-another environment). Pure: no I/O.
+another environment). A source's credentials (harness.releases.credentials) are
+in none of these: keys, provenance and environment names hold its URL redacted,
+and uv is given the secret in its environment. Pure: no I/O.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from dataclasses import dataclass
 
+from harness.releases.credentials import redact, uv_sources
 from harness.vocabulary import (
     DEFAULT_EP,
     DEFAULT_PACKAGE,
@@ -51,8 +55,13 @@ class Package:
 
     @property
     def sources(self) -> tuple[str, ...]:
-        """Where wheels come from besides uv's configured index, in the order uv is given them."""
-        return (*self.index_urls, *self.find_links)
+        """Where wheels come from besides uv's configured index, in the order uv is given them (redacted)."""
+        return tuple(redact(s) for s in (*self.index_urls, *self.find_links))
+
+    def redacted(self) -> Package:
+        """This package as records hold it: each source's credentials masked (what `of_key` gives back)."""
+        return dataclasses.replace(self, index_urls=tuple(redact(u) for u in self.index_urls),
+                                   find_links=tuple(redact(u) for u in self.find_links))
 
     @property
     def extras(self) -> tuple[str, ...]:
@@ -73,18 +82,15 @@ class Package:
         extras = f"[{','.join(self.extras)}]" if self.extras else ""
         return f"{self.name}{extras}=={version}"
 
-    def uv_args(self) -> list[str]:
-        """uv's arguments for the sources: each index before the configured one, each find-links location."""
-        args = []
-        for url in self.index_urls:
-            args += ["--index", url]
-        for link in self.find_links:
-            args += ["--find-links", link]
-        return args
+    def uv_args(self) -> tuple[list[str], dict[str, str]]:
+        """uv's arguments and environment for the sources: each index before the configured one, each
+        find-links location; a secret only in the environment."""
+        return uv_sources(self.index_urls, self.find_links)
 
     def install_args(self, version: str) -> list[str]:
-        """uv's (and pip's) arguments that install `version` and numpy from the sources, wheels only."""
-        return [*WHEELS_ONLY, *self.uv_args(), self.requirement(version), NUMPY]
+        """uv's (and pip's) arguments that install `version` and numpy from the sources, wheels only (a source's
+        credentials are not among them: `uv_args()` gives them as uv's environment)."""
+        return [*WHEELS_ONLY, *self.uv_args()[0], self.requirement(version), NUMPY]
 
     def env_name(self, version: str) -> str:
         """The directory name of an environment of `version`: the same wheel from the same sources, the same name."""
@@ -109,9 +115,9 @@ class Package:
         if self.ep_options:
             doc["ep_options"] = dict(self.ep_options)
         if self.index_urls:
-            doc["index_urls"] = list(self.index_urls)
+            doc["index_urls"] = [redact(u) for u in self.index_urls]
         if self.find_links:
-            doc["find_links"] = list(self.find_links)
+            doc["find_links"] = [redact(u) for u in self.find_links]
         return doc
 
     def key(self) -> dict:

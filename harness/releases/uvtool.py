@@ -7,10 +7,12 @@ lives here, apart from harness.runners.
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
 from harness.errors import EnvironmentSkip
+from harness.releases.credentials import redact
 
 
 def uv_bin() -> str:
@@ -26,7 +28,8 @@ def uv_bin() -> str:
         return found
 
 
-def uv(*args: str, what: str, binary: str | None = None) -> subprocess.CompletedProcess:
+def uv(*args: str, what: str, binary: str | None = None, env: dict[str, str] | None = None
+       ) -> subprocess.CompletedProcess:
     """Run uv (`binary`, else uv_bin()); a failure becomes a skip whose reason is uv's own explanation.
 
     Every call of uv goes through here, so none loses uv's reason (its stderr) to an exit status. Where a
@@ -34,11 +37,14 @@ def uv(*args: str, what: str, binary: str | None = None) -> subprocess.Completed
 
     Installs pass --no-compile-bytecode: a project's `compile-bytecode` setting
     (this one's included) would otherwise compile ~2,500 files into every
-    release environment, 10 s instead of 1 s; the worker writes the few .pyc
-    files it needs on its first run.
+    release environment, 10 s instead of 1 s; and no RECORD lists bytecode, so a
+    verified environment holds none (harness.runners.verify; the worker runs
+    with -B). `env` is added to the harness's environment (a source's credentials:
+    harness.releases.credentials).
     """
     try:
-        proc = subprocess.run([binary or uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        proc = subprocess.run([binary or uv_bin(), *args], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              env={**os.environ, **env} if env else None)
     except OSError as exc:  # the binary went away or cannot run
         raise EnvironmentSkip(f"{what} failed: cannot run uv ({exc.strerror or exc})") from None
     if proc.returncode != 0:
@@ -51,8 +57,9 @@ CAUSE_MARKS = ("caused by:", "cause:")
 
 
 def install_error(proc: subprocess.CompletedProcess) -> str:
-    """What uv's stderr says is wrong, on one line: its error line and the causes it gives under it."""
-    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    """What uv's stderr says is wrong, on one line: its error line and the causes it gives under it (a URL's
+    credentials masked: it is recorded)."""
+    lines = [redact(ln.strip()) for ln in proc.stderr.splitlines() if ln.strip()]
     for i, ln in enumerate(lines):
         if ln.startswith(ERROR_MARKS):
             said = [_unmarked(ln)]

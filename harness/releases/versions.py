@@ -37,6 +37,7 @@ from packaging.utils import (
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
+from harness.releases.credentials import redact
 from harness.releases.packages import Package
 from harness.releases.uvtool import uv
 
@@ -106,7 +107,7 @@ def configured_index_url(uv_bin: str) -> str:
                  what="asking uv for its index", binary=uv_bin).stdout
     match = re.search(r"^--index-url\s+(\S+)", out, re.M)
     if not match:
-        raise IndexUnavailable(f"uv did not report its index URL: {out[:200]!r}")
+        raise IndexUnavailable(f"uv did not report its index URL: {redact(out[:200])!r}")
     return match.group(1).rstrip("/")
 
 
@@ -223,18 +224,19 @@ class ReleaseIndex:
             if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
             # uv failing, the configured index unreachable: the tool's environment, not the request (exit 1)
-            why = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            why = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
             raise HarnessError(f"cannot list {name} releases from the package index: {why}") from None
         self._write_cache(releases)
         return releases
 
     def _sources(self) -> list[tuple[str, dict]]:
-        """(source, PEP 691 document) of each --index-url and --find-links location."""
+        """(source, PEP 691 document) of each --index-url and --find-links location (the source redacted:
+        a release's source is shown and recorded)."""
         docs = []
         for url in self.package.index_urls:
-            docs.append((url, self._read_source(url, index=True)))
+            docs.append((redact(url), self._read_source(url, index=True)))
         for link in self.package.find_links:
-            docs.append((link, self._read_source(link, index=False)))
+            docs.append((redact(link), self._read_source(link, index=False)))
         return docs
 
     def _read_source(self, where: str, index: bool) -> dict:
@@ -243,7 +245,7 @@ class ReleaseIndex:
         try:
             if parsed.scheme in ("http", "https"):
                 if self.offline:
-                    raise UsageError(f"{flag} {where}: --offline reads no URL")
+                    raise UsageError(f"{flag} {redact(where)}: --offline reads no URL")
                 return fetch_project(where, self.package.name) if index else fetch_page(where)
             path = Path(unquote(parsed.path)) if parsed.scheme == "file" else Path(where)
             if index:
@@ -254,8 +256,8 @@ class ReleaseIndex:
                 return files_of_directory(page)
             return files_of_directory(path)
         except (IndexUnavailable, OSError) as exc:
-            raise UsageError(f"{flag} {where}: cannot list {self.package.name} wheels there: "
-                             f"{(str(exc).strip().splitlines() or [type(exc).__name__])[0]}") from None
+            raise UsageError(f"{flag} {redact(where)}: cannot list {self.package.name} wheels there: "
+                             f"{redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])}") from None
 
     def _read_cache(self) -> dict | None:
         try:

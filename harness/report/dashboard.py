@@ -50,6 +50,7 @@ from urllib.parse import quote
 
 from harness.errors import HarnessError, UsageError
 from harness.metrics import cosine_text
+from harness.report import escape
 from harness.report.overview import (
     MARGIN_THRESHOLD,
     Changes,
@@ -413,7 +414,7 @@ def _boundary_html(r: Row, report_href: str | None) -> str:
     text = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>"
     if report_href:
         return f'{text}<br><a class="report" href="{report_href}">upstream report</a>'
-    return f'{text}<br><span class="note">no report yet: <code>bisect report {e(r.run_id)}</code></span>'
+    return f'{text}<br><span class="note">no report yet: <code>{e(escape.sh_line(["bisect", "report", r.run_id]))}</code></span>'
 
 
 def overview_html(rows: list[Row], threshold: float = MARGIN_THRESHOLD) -> str:

@@ -9,7 +9,9 @@ documents) may come from another machine and is data, never markup or code:
   makes no heading, link, emphasis, HTML or table cell of it, and a code fence
   no line of its content can close;
 * `py_literal`, `py_docstring`: a value as a Python literal (repr() of plain JSON
-  data, nothing else), and text that cannot end the docstring it sits in.
+  data, nothing else), and text that cannot end the docstring it sits in;
+* `sh_line`: a command a reader is told to paste into a shell, each value one
+  quoted word (shlex.quote), on one line.
 
 The terminal renderer adds rich's markup escape on top of `printable`
 (harness.report.terminal.plain).
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 
 
 def _escaped(ch: str) -> str:
@@ -115,6 +118,16 @@ def _check_data(value, where: str = "value") -> None:
             _check_data(item, f"{where}[{k!r}]")
         return
     raise ValueError(f"{where}: {type(value).__name__} is not plain data")
+
+
+def sh_line(words, comment: str = "", width: int = 0) -> str:
+    """A shell command of `words`, each quoted (shlex.join) so that it stays one argument and runs nothing, and
+    made printable so that the command stays one line; then `# comment` (printable: a comment ends at the line),
+    the command padded to `width` characters first so that a block's comments line up."""
+    line = shlex.join(printable(w) for w in words)
+    if not comment:
+        return line
+    return f"{line.ljust(width) if len(line) < width else line + '   '}# {printable(comment)}"
 
 
 def py_literal(value) -> str:

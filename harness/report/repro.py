@@ -237,19 +237,22 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     pred = verdicts.parse_predicate(predicate) if isinstance(predicate, str) else predicate
     left_out = set((attached or {}).get("parts") or ())
     blobs = {k: None if k in left_out else base64.b64encode(v).decode() for k, v in parts(reduced, full).items()}
+    sh = escape.sh_line  # the lines a reader pastes: every value one quoted word
     usage = []
     if reduced:
         how = "attached" if left_out & {"reduced_model", "reduced_inputs"} else "embedded"
-        usage.append(f"python {SCRIPT}            # the reduced model: {reduced['nodes']} of {reduced['of']} nodes, "
-                     f"{reduced['rows']} row(s), {how}")
+        usage.append(sh(["python", SCRIPT], f"the reduced model: {reduced['nodes']} of {reduced['of']} nodes, "
+                        f"{reduced['rows']} row(s), {how}", 27))
     if full.get("model"):
-        usage.append(f"python {SCRIPT} --full     # the full model ({full['file']}), embedded")
+        usage.append(sh(["python", SCRIPT, "--full"], f"the full model ({full['file']}), embedded", 27))
     elif full.get("hub"):
-        usage.append(f"python {SCRIPT} --full     # the full model, fetched from the hub (pip install huggingface_hub)")
+        usage.append(sh(["python", SCRIPT, "--full"], "the full model, fetched from the hub (pip install huggingface_hub)",
+                        27))
     else:
         sha = f"sha256 {full['sha256'][:16]}..." if full.get("sha256") else "sha256 not known"
-        usage.append(f"python {SCRIPT} --full {full['file']}   # the full model, given by path ({sha})")
-    header = [f"Repro: {title}.", "", f"    pip install {requirement} numpy", *(f"    {u}" for u in usage), "",
+        usage.append(sh(["python", SCRIPT, "--full", full["file"]], f"the full model, given by path ({sha})"))
+    header = [f"Repro: {title}.", "", "    " + sh(["pip", "install", requirement, "numpy"]),
+              *(f"    {u}" for u in usage), "",
               f"Exit status 0 good, 1 bad, 2 no verdict. Bad means: {bad_means} (--bad-if {pred}).",
               f"Where it reproduces: {where}", *(full.get("notes") or ())]
     if attached:
@@ -261,7 +264,7 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     return f'''\
 """{doc}
 """
-import base64, hashlib, io, json, math, os, subprocess, sys, time
+import base64, hashlib, io, json, math, os, shlex, subprocess, sys, time
 import numpy as np
 import onnxruntime as ort
 
@@ -396,7 +399,8 @@ def main(argv):
     if TIMED_CONDITIONS and not os.environ.get("REPRO_TIMED"):
         if "--baseline" not in argv:
             no_verdict("a slowdown is measured against the good release: python %s --baseline PYTHON (a Python "
-                       "with the good onnxruntime release installed; add --full for the full model)" % sys.argv[0])
+                       "with the good onnxruntime release installed; add --full for the full model)"
+                       % shlex.quote(sys.argv[0]))
         return timed_verdict(argv)
     if any(kind == "crash" for kind, *_ in CONDITIONS) and not os.environ.get("REPRO_CHILD"):
         return crashed(argv)
@@ -411,7 +415,9 @@ def main(argv):
         elif FULL_MODEL_HUB:
             model = fetch_full_model()
         else:
-            print("give the model: python %s --full %s" % (sys.argv[0], FULL_MODEL_FILE), file=sys.stderr)
+            # the file's name is the record's: one quoted word of the line a reader pastes
+            print("give the model: %s" % shlex.join(["python", sys.argv[0], "--full", FULL_MODEL_FILE]),
+                  file=sys.stderr)
             return 2  # a usage error, not a verdict: 1 means bad
         if isinstance(model, str) and FULL_MODEL_SHA256:
             with open(model, "rb") as f:

@@ -414,16 +414,21 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
-    full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
-            "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
-            if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model ({sha})")
-    commands = [f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
-    if r["reduced"]:
-        commands.append("python repro.py                 # the reduced model")
+    # every value (a requirement, a release, the model's file name) one quoted word of the lines a reader pastes
+    sh = escape.sh_line
+    full_args, full_said = (["--full"], "the full model, embedded") if r["model_embedded"] else (
+        ["--full"], "the full model, fetched from the hub by revision (pip install huggingface_hub)") if r["hub"] else (
+        ["--full", r["model_file"]], f"the full model ({sha})")
+    commands = [sh(["pip", "install", env.get("requirement") or f"onnxruntime=={version}", "numpy"])]
     if timed and lg:  # a slowdown is a comparison: the script times both releases in turn
-        commands = [*commands[:1], f"python -m venv good && good/bin/pip install onnxruntime=={lg} numpy"]
-        full = full.replace("python repro.py --full", "python repro.py --baseline good/bin/python --full", 1)
-        full = full.replace("   # ", "   # timed against the good release, in turn; ", 1)
+        commands = [sh(["python", "-m", "venv", "good"]) + " && "
+                    + sh(["good/bin/pip", "install", f"onnxruntime=={lg}", "numpy"])]
+        full = sh(["python", SCRIPT, "--baseline", "good/bin/python", *full_args],
+                  f"timed against the good release, in turn; {full_said}", 32)
+    else:
+        if r["reduced"]:
+            commands.append(sh(["python", SCRIPT], "the reduced model", 32))
+        full = sh(["python", SCRIPT, *full_args], full_said, 32)
     L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]

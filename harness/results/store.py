@@ -46,6 +46,7 @@ import hashlib
 import json
 import os
 import platform
+import shlex
 import sys
 import threading
 import time
@@ -57,6 +58,7 @@ from pathlib import Path
 
 from harness import __version__
 from harness.errors import HarnessError, UsageError
+from harness.releases.credentials import redact
 from harness.results.evidence import (
     MAX_RECORD_BYTES,
     RUN_ID_RE,
@@ -207,7 +209,8 @@ class RunStore:
                 "commands": [],
             }
             manifest.update(info)
-            manifest["commands"].append({"argv": command, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+            # the command line as typed may hold a source's credentials: kept redacted, as every record holds them
+            manifest["commands"].append({"argv": [redact(str(a)) for a in command], "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
             write_atomic(store.dir / MANIFEST, json.dumps(manifest, indent=1))
         except OSError as exc:
             raise HarnessError(f"cannot write results to {store.dir}: {exc.strerror or exc}") from None
@@ -311,7 +314,7 @@ class RunStore:
             bad = ev.corrupt[0]
             more = f" (and {len(ev.corrupt) - 1} more)" if len(ev.corrupt) > 1 else ""
             raise HarnessError(f"{bad}{more}; a record that cannot be read is not skipped: set it aside with "
-                               f"`bisect merge {self.dir.parent} {self.dir} --quarantine`")
+                               f"`{shlex.join(['bisect', 'merge', str(self.dir.parent), str(self.dir), '--quarantine'])}`")
         if ev.torn and (str(ev.path), len(ev.torn.raw)) not in _reported_torn:
             _reported_torn.add((str(ev.path), len(ev.torn.raw)))
             warnings.warn(TornLineWarning(f"{ev.torn}: left out; the next probe recorded cuts it off"), stacklevel=2)

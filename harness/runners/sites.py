@@ -20,7 +20,8 @@ def site_dir(cache_dir: Path, target: Target, version: str, package: Package = P
 
 
 def site_install_args(site: str, target: Target, version: str, package: Package = Package()) -> list[str]:
-    """`uv` arguments that install the package's `version` and numpy for `target` into the directory `site`."""
+    """`uv` arguments that install the package's `version` and numpy for `target` into the directory `site`
+    (a source's credentials are not among them: `package.uv_args()` gives them as uv's environment)."""
     return ["pip", "install", "--target", site, "--python-platform", f"{target.arch}-unknown-linux-gnu",
             "--python-version", target.python, *package.install_args(version)]
 
@@ -31,7 +32,8 @@ def prepare_site(cache_dir: Path, target: Target, release: Release,
 
     def build(path: Path) -> dict:
         uv(*site_install_args(str(path / "site"), target, release.version, package), "--quiet",
-           "--no-compile-bytecode", what=f"installing {package.name} {release.version} for {target.arch}")
+           "--no-compile-bytecode", what=f"installing {package.name} {release.version} for {target.arch}",
+           env=package.uv_args()[1])
         return {"python": target.python, "arch": target.arch, "package": package.name}
 
     return locked_build(site_dir(cache_dir, target, release.version, package), release.version, build, cache_dir)

@@ -60,7 +60,7 @@ class UvRunner(Runner):
             uv("venv", "--quiet", "--python", self.target.python, str(path), what="uv venv")
             uv("pip", "install", "--quiet", "--no-compile-bytecode", "--python", str(path / "bin" / "python"),
                *pkg.install_args(release.version),
-               what=f"installing {pkg.name} {release.version}")
+               what=f"installing {pkg.name} {release.version}", env=pkg.uv_args()[1])
             return {"python": self.target.python, "package": pkg.name}
 
         return locked_build(self.env_dir(release.version), release.version, build, self.cache_dir)
