@@ -117,12 +117,15 @@ def test_an_environment_others_may_change_never_runs(cache, small_model, tmp_pat
 
 def test_uvs_own_lock_file_at_an_environments_top_is_the_one_writable_file_let_through(tmp_path):
     """uv makes `.lock` writable by all and only ever locks it: environments built before the harness tightened
-    it are used; any other open file, or a `.lock` deeper down, is not."""
+    it are used (a venv's at its top, a --target site's at the top of `site/`); any other open file, or a `.lock`
+    deeper down, is not."""
     cache = tmp_path / "cache"
     env = cache / "envs" / "e"
     (env / "lib").mkdir(parents=True)
-    (env / ".lock").touch()
-    (env / ".lock").chmod(0o666)
+    (env / "site").mkdir(parents=True)
+    for lock in (env / ".lock", env / "site" / ".lock"):
+        lock.touch()
+        lock.chmod(0o666)
     ownership.check_environment(env, cache)
     ownership.forget(env)
     (env / "lib" / ".lock").touch()
@@ -132,6 +135,7 @@ def test_uvs_own_lock_file_at_an_environments_top_is_the_one_writable_file_let_t
     ownership.tighten(env)
     ownership.check_environment(env, cache)
     assert stat.S_IMODE((env / ".lock").stat().st_mode) == 0o644
+    assert stat.S_IMODE((env / "site" / ".lock").stat().st_mode) == 0o644
 
 
 @pytest.mark.release

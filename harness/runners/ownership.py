@@ -20,7 +20,7 @@ from pathlib import Path
 from harness.errors import UsageError
 
 OPEN = stat.S_IWGRP | stat.S_IWOTH
-UV_LOCK = ".lock"  # uv's lock file at an environment's top, made writable by all (uv >= 0.6) and never read
+UV_LOCK = ".lock"  # uv's lock file, made writable by all (uv >= 0.6), only ever locked, never read
 
 _trusted: set[Path] = set()  # environments checked in this process: nobody else can change them since
 _trusted_lock = threading.Lock()
@@ -59,9 +59,10 @@ def check_environment(env: Path, cache_dir: Path) -> None:
     with _trusted_lock:
         if env in _trusted:
             return
-    lock = os.path.join(env, UV_LOCK)
+    # uv's lock at the top of a venv, or of a --target site (harness.runners.sites)
+    locks = {os.path.join(env, UV_LOCK), os.path.join(env, "site", UV_LOCK)}
     for entry, st in _entries(env, cache_dir):
-        if entry == lock and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+        if entry in locks and stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
             continue  # uv's lock of an environment built before its lock was tightened: only ever locked
         problem = entry_problem(st)
         if problem:
