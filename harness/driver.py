@@ -104,20 +104,22 @@ class Driver:
                 outcome.step = step
                 return outcome
             futures = []
-            for i in step.next:
-                self.observer.probe_started(self.releases[i].version)
-                futures.append(probes.submit(self._probe, self.releases[i], job))
-            if self.prefetch:
-                # The likely next releases are installed in the background; a worker starts early (imports, at
-                # idle priority) only for a probe sure to run, queued behind this round's first `jobs`: importing
-                # for every way a round can end took more from the running probes than it hid, natively and
-                # under QEMU.
-                queued, likely = step.next[self.jobs:], step.prefetch
-                # an early worker whose install thread came after its probe had started is not needed
-                retire_early_workers({self.releases[i].version for i in step.next})
-                for i in (*queued, *likely):
-                    self._prefetch(installs, self.releases[i], start=i in queued)
+            # a Ctrl-C anywhere from the first submit on stops the probes: one may be waiting for another
+            # run's probe of its release, and only a stopped prober ends that wait
             try:
+                for i in step.next:
+                    self.observer.probe_started(self.releases[i].version)
+                    futures.append(probes.submit(self._probe, self.releases[i], job))
+                if self.prefetch:
+                    # The likely next releases are installed in the background; a worker starts early (imports, at
+                    # idle priority) only for a probe sure to run, queued behind this round's first `jobs`: importing
+                    # for every way a round can end took more from the running probes than it hid, natively and
+                    # under QEMU.
+                    queued, likely = step.next[self.jobs:], step.prefetch
+                    # an early worker whose install thread came after its probe had started is not needed
+                    retire_early_workers({self.releases[i].version for i in step.next})
+                    for i in (*queued, *likely):
+                        self._prefetch(installs, self.releases[i], start=i in queued)
                 pending = set(futures)
                 while pending:
                     # never an unbounded wait: a Ctrl-C that lands while this thread sleeps in a lock is
@@ -131,8 +133,7 @@ class Driver:
                             outcome.probed_now.append(version)
                         self.observer.probe_finished(records[version], reused=probed.reused)
             except BaseException:
-                # Interrupted: what finished is on disk; stop what is still running.
-                # what finished is on disk; what still runs is stopped and not recorded
+                # Interrupted: what finished is on disk; what still runs is stopped and not recorded
                 self.prober.stop()
                 for fut in futures:
                     fut.cancel()
