@@ -18,7 +18,7 @@ import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics
-from harness.probe import Observer, ProbeJob, Prober, Silent, serving
+from harness.probe import Observer, ProbeJob, Probed, Prober, Silent, serving
 from harness.reference import (
     FP32_SERIES,
     RELEASE_SERIES,
@@ -29,7 +29,7 @@ from harness.reference import (
     release_outputs,
 )
 from harness.releases.versions import Release
-from harness.results.history import latest_by_version, own_records
+from harness.results.history import latest_by_version, own_records, saved_probe
 from harness.results.store import RunStore, load_outputs
 from harness.runners import kill_live_workers, retire_early_workers
 from harness.runners.base import Runner
@@ -104,42 +104,45 @@ class Driver:
                 outcome.step = step
                 return outcome
             futures = []
-            for i in step.next:
-                self.observer.probe_started(self.releases[i].version)
-                futures.append(probes.submit(self._probe, self.releases[i], job))
-            if self.prefetch:
-                # The likely next releases are installed in the background; a worker starts early (imports, at
-                # idle priority) only for a probe sure to run, queued behind this round's first `jobs`: importing
-                # for every way a round can end took more from the running probes than it hid, natively and
-                # under QEMU.
-                queued, likely = step.next[self.jobs:], step.prefetch
-                # an early worker whose install thread came after its probe had started is not needed
-                retire_early_workers({self.releases[i].version for i in step.next})
-                for i in (*queued, *likely):
-                    self._prefetch(installs, self.releases[i], start=i in queued)
+            # a Ctrl-C anywhere from the first submit on stops the probes: one may be waiting for another
+            # run's probe of its release, and only a stopped prober ends that wait
             try:
+                for i in step.next:
+                    self.observer.probe_started(self.releases[i].version)
+                    futures.append(probes.submit(self._probe, self.releases[i], job))
+                if self.prefetch:
+                    # The likely next releases are installed in the background; a worker starts early (imports, at
+                    # idle priority) only for a probe sure to run, queued behind this round's first `jobs`: importing
+                    # for every way a round can end took more from the running probes than it hid, natively and
+                    # under QEMU.
+                    queued, likely = step.next[self.jobs:], step.prefetch
+                    # an early worker whose install thread came after its probe had started is not needed
+                    retire_early_workers({self.releases[i].version for i in step.next})
+                    for i in (*queued, *likely):
+                        self._prefetch(installs, self.releases[i], start=i in queued)
                 pending = set(futures)
                 while pending:
                     # never an unbounded wait: a Ctrl-C that lands while this thread sleeps in a lock is
                     # raised within a second, not when the probe ends (a held worker may never end)
                     done, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
                     for fut in done:
-                        rec = fut.result()  # on disk already (its fp32 reference's probe before it)
-                        records[rec["version"]] = self.judge(rec)
-                        outcome.probed_now.append(rec["version"])
-                        self.observer.probe_finished(records[rec["version"]], reused=False)
+                        probed = fut.result()  # on disk already (its fp32 reference's probe before it)
+                        version = probed.record["version"]
+                        records[version] = self.judge(probed.record)
+                        if not probed.reused:  # else another run probed it while this one waited
+                            outcome.probed_now.append(version)
+                        self.observer.probe_finished(records[version], reused=probed.reused)
             except BaseException:
-                # Interrupted: what finished is on disk; stop what is still running.
-                # what finished is on disk; what still runs is stopped and not recorded
+                # Interrupted: what finished is on disk; what still runs is stopped and not recorded
                 self.prober.stop()
                 for fut in futures:
                     fut.cancel()
                 kill_live_workers()
                 raise
 
-    def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> dict:
+    def _probe(self, release: Release, job: ProbeJob, series: str | None = None) -> Probed:
         """The probe of `release` with its metrics, recorded; with an fp32 reference, the reference's probe
-        (recorded) before it."""
+        (recorded) before it. A record another run saved meanwhile (it held the probe's lock) is reused."""
         fp32 = fp32_arrays = None
         if self._fp32_missing(release.version):
             fp32, fp32_arrays = self._probe_fp32(release)
@@ -157,7 +160,14 @@ class Driver:
                     else f"no outputs of {ref.label} to compare with")
             return m
 
-        return self.prober.probe(release, job, series=series, measure=measure).record
+        def saved() -> dict | None:
+            return saved_probe(self.store.records(), release.version, series)
+
+        return self.prober.probe_once(release, job, saved, series=series, measure=measure,
+                                      on_wait=self._waiting(release))
+
+    def _waiting(self, release: Release):
+        return lambda: self.observer.probe_waiting(release.version)
 
     # --- references ------------------------------------------------------------------------------
 
@@ -176,7 +186,7 @@ class Driver:
         self.observer.probe_started(version)
         saved_ref, self.reference = self.reference, None  # the reference's own probe compares with nothing
         try:
-            rec = self._probe(release, self.job, series)
+            rec = self._probe(release, self.job, series).record
         finally:
             self.reference = saved_ref
         if rec["status"] != "ran":
@@ -201,7 +211,8 @@ class Driver:
         """The fp32 model on `release`: its record (series reference-fp32) and its outputs."""
         job = dataclasses.replace(self._job_for_parallel(), model=self.reference.model, repeat=1, margin=None,
                                   timing=None)
-        rec = self.prober.probe(release, job, series=FP32_SERIES, tags={"reference": self.reference.id}).record
+        rec = self.prober.probe_once(release, job, lambda: self._fp32_record(release.version), series=FP32_SERIES,
+                                     tags={"reference": self.reference.id}, on_wait=self._waiting(release)).record
         path = self.store.outputs_path(release.version, FP32_SERIES)
         return rec, (load_outputs(path) if rec["status"] == "ran" else None)
 

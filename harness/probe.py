@@ -4,7 +4,9 @@
 options, repeat, rows, trace, scout): job -> runner -> metrics -> append ->
 judge -> observer; `serving()` is the one pool of live workers and threads
 that serves many probes. Callers say what to run and how to tag its record;
-none of them appends, makes a pool or picks scratch paths itself.
+none of them appends, makes a pool or picks scratch paths itself. The module
+holds one concept, a probe's life (its timed rounds and margin included), and
+grew past 500 lines with them.
 
 A probe whose session did not run on the execution provider asked for (the
 worker reports `get_providers()`; onnxruntime falls back to the CPU provider
@@ -34,6 +36,7 @@ from harness.errors import EnvironmentSkip, HarnessError
 from harness.metrics import probe_metrics, timing_summary
 from harness.releases.builds import build_mismatch
 from harness.releases.versions import Release
+from harness.results.locking import LockWaitStopped
 from harness.results.store import RunStore
 from harness.runners import ProcessOutcome, kill_live_workers, reusing_workers
 from harness.runners.base import Environment, Runner
@@ -98,10 +101,14 @@ class Observer(Protocol):
 
     def probe_started(self, version: str) -> None: ...
     def probe_finished(self, record: dict, reused: bool) -> None: ...
+    def probe_waiting(self, version: str) -> None: ...  # another run is probing it: its record will be reused
 
 
 class Silent:
     def probe_started(self, version: str) -> None:
+        pass
+
+    def probe_waiting(self, version: str) -> None:
         pass
 
     def probe_finished(self, record: dict, reused: bool) -> None:
@@ -118,6 +125,7 @@ class Probed:
 
     record: dict
     judged: dict | None
+    reused: bool = False  # a saved record (probe_once found it), not a probe made now
 
     @property
     def verdict(self) -> str | None:
@@ -173,6 +181,25 @@ class Prober:
         if self.observer and judged is not None:
             self.observer.probe_finished(judged, reused=False)
         return Probed(rec, judged)
+
+    def probe_once(self, release: Release, job: ProbeJob, saved: Callable[[], dict | None], *,
+                   series: str | None = None, on_wait: Callable[[], None] | None = None, **probe) -> Probed:
+        """`saved()`'s record of `release` if it finds one, else `probe(release, job, series=series, **probe)`:
+        looked up, probed and appended under the store's lock on that release and series, so that a run at once
+        over the same store waits (`on_wait` hears it) for this probe and reuses it. A crash lets the lock go
+        with the process; `stop()` ends a wait in ProbeStopped."""
+        try:
+            with self.store.probe_lock(release.version, series, on_wait=on_wait and (lambda _: on_wait()),
+                                       stop=self._stopped):
+                rec = saved()
+                if rec is None:
+                    return self.probe(release, job, series=series, **probe)
+        except LockWaitStopped:
+            raise ProbeStopped(release.version) from None
+        judged = self.judge(rec)
+        if self.observer and judged is not None:
+            self.observer.probe_finished(judged, reused=True)
+        return Probed(rec, judged, reused=True)
 
     def judge(self, record: dict) -> dict | None:
         if self._judge is not None:

@@ -46,6 +46,39 @@ def residual_norm_model(width: int = 8) -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
 
 
+def slowed_by_nan_model(light_trips: int = 50, heavy_trips: int = 3000, width: int = 8) -> onnx.ModelProto:
+    """The residual-norm model, then a Loop that spins `heavy_trips` times when the norm gave a NaN and
+    `light_trips` times when it did not: slower by construction (tens of times) on the releases whose norm turns
+    the overflowing rows NaN (from 1.20.0 on x86_64), whatever the machine's load. Outputs y and the count."""
+    model = residual_norm_model(width)
+    g = model.graph
+    count = helper.make_tensor_value_info("spun", TensorProto.FLOAT, [1])
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
+        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
+    )
+    g.node.extend([
+        helper.make_node("IsNaN", ["y"], ["/spin/isnan"], name="/spin/IsNaN"),
+        helper.make_node("Cast", ["/spin/isnan"], ["/spin/nan_int"], name="/spin/Cast", to=TensorProto.INT64),
+        helper.make_node("ReduceMax", ["/spin/nan_int"], ["/spin/any_nan"], name="/spin/ReduceMax", keepdims=0),
+        helper.make_node("Mul", ["/spin/any_nan", "/spin/extra"], ["/spin/more"], name="/spin/Mul"),
+        helper.make_node("Add", ["/spin/more", "/spin/light"], ["/spin/trips"], name="/spin/Add"),
+        helper.make_node("Loop", ["/spin/trips", "/spin/cond", "/spin/zero"], ["spun"], name="/spin/Loop", body=body),
+    ])
+    g.initializer.extend([numpy_helper.from_array(np.array(heavy_trips - light_trips, np.int64), "/spin/extra"),
+                          numpy_helper.from_array(np.array(light_trips, np.int64), "/spin/light"),
+                          numpy_helper.from_array(np.array(True), "/spin/cond"),
+                          numpy_helper.from_array(np.zeros(1, np.float32), "/spin/zero")])
+    g.output.append(count)
+    return model
+
+
 def residual_norm_inputs(width: int = 8) -> dict[str, np.ndarray]:
     """Four rows: two that overflow fp16 after the second Add (3 x 30000), two small."""
     x = np.ones((4, width), np.float16)

@@ -53,10 +53,13 @@ class ReplayRunner(Runner):
         return ("x86_64", "aarch64")
 
     def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None, arrays=None,
-                 latency: dict[str, float] | None = None, rss: dict[str, float] | None = None, noise: float = 0.05):
+                 latency: dict[str, float] | None = None, rss: dict[str, float] | None = None, noise: float = 0.05,
+                 load: float = 0.0):
         """`arrays(version, model_path)`: the outputs a probe saves (as the worker would), or None. `latency`
         and `rss`: a release's median latency (s) and peak memory (MB), which a timed request's runs scatter
-        around (log-normal, `noise` its sigma; seeded, so a test sees the same runs every time)."""
+        around (log-normal, `noise` its sigma; seeded, so a test sees the same runs every time). `load`: the
+        chance that a neighbour shares the CPU while one request's runs go (they take 1.5-3x as long), each run
+        also preempted (2-10x) one time in twenty: a loaded machine, hitting one side of a round and not the other."""
         super().__init__(target or Target("x86_64", "3.11"), Path("/nonexistent-cache"))
         self.outcomes = outcomes
         self.arrays = arrays
@@ -64,6 +67,7 @@ class ReplayRunner(Runner):
         self.rss = rss or {}
         self.rng = np.random.default_rng(0)
         self.noise = noise
+        self.load = load
         self.calls: list[str] = []  # versions whose worker "ran", in order
         self.models: list[str] = []  # the model file of each call
 
@@ -106,6 +110,9 @@ class ReplayRunner(Runner):
         if timing and outcome.result is not None and env.version in self.latency:
             n = max(int(timing.get("runs_min") or 1), 3)
             runs = self.latency[env.version] * self.rng.lognormal(0.0, self.noise, n)
+            if self.load:
+                runs *= self.rng.uniform(1.5, 3.0) if self.rng.random() < self.load else 1.0
+                runs *= np.where(self.rng.random(n) < 0.05, self.rng.uniform(2.0, 10.0, n), 1.0)
             outcome = dataclasses.replace(outcome, result={**outcome.result, "timing": {
                 "latencies_s": [float(x) for x in runs], "warmup": 0, "threads": 1},
                 "peak_rss_mb": self.rss.get(env.version, 100.0) * float(self.rng.lognormal(0.0, self.noise / 10))})

@@ -252,3 +252,94 @@ def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path)
     libs = {parts[parts.index("site-packages") + 1] for parts in files}
     assert "numpy" in libs, sorted(libs)  # what the batch's checks need: the map is read right
     assert not libs & {"tokenizers", "onnx", "pandas", "matplotlib", "PIL"}, sorted(libs)
+
+
+WAITING = "another run is probing it"
+
+
+def _started(argv: list[str], tmp_path: Path, name: str, env: dict, foreground: bool = False) -> subprocess.Popen:
+    """`argv` started with its stdout and stderr in files (two runs at once must never block on a pipe)."""
+    if foreground:  # SIGINT at its default, as a terminal's foreground job has it (see the test above)
+        argv = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                "os.execv(sys.argv[1], sys.argv[1:])", *argv]
+    out, err = (open(tmp_path / f"{name}.{s}", "w") for s in ("out", "err"))
+    with out, err:
+        return subprocess.Popen(argv, stdout=out, stderr=err, text=True, env={**os.environ, **env})
+
+
+def _said(tmp_path: Path, name: str, stream: str = "err") -> str:
+    return (tmp_path / f"{name}.{stream}").read_text()
+
+
+def test_two_identical_runs_at_once_probe_each_release_once(cache_dir, residual_norm, tmp_path):
+    """The same `bisect run` twice at once on one results directory: the run that comes second to a release
+    waits for the other's probe of it and reuses the record, so each release is probed once in all, and both
+    runs give the same verdicts. The first worker is held until the other run is seen waiting: the two
+    certainly overlap, whatever the machine's load."""
+    model, batch = residual_norm
+    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(batch),
+            "--from", "1.19.0", "--to", "1.20.1", "--cache-dir", str(cache_dir), "--results-dir",
+            str(tmp_path / "res"), "--json"]
+    gate = WorkerGate(tmp_path / "gate")
+    runs = {name: _started(argv, tmp_path, name, gate.env) for name in ("a", "b")}
+    try:
+        gate.next_running(runs["a"])  # one run's first worker, held before run()
+        wait_for(lambda: any(WAITING in _said(tmp_path, n) for n in runs), "the other run to wait for that probe")
+        gate.open()
+        for proc in runs.values():
+            proc.wait(timeout=600)
+    finally:
+        gate.open()
+        for proc in runs.values():
+            proc.kill()
+    docs = {}
+    for name, proc in runs.items():
+        assert proc.returncode == 0, _said(tmp_path, name)
+        docs[name] = json.loads(_said(tmp_path, name, "out"))
+    (probes,) = (tmp_path / "res").rglob("probes.jsonl")
+    recorded = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
+    assert len(recorded) == len(set(recorded)), f"a release was probed twice: {recorded}"
+    made = {n: {p["version"] for p in d["probes"] if not p["reused"]} for n, d in docs.items()}
+    assert not made["a"] & made["b"] and made["a"] | made["b"] == set(recorded), made
+    verdicts = {n: {p["version"]: p["verdict"] for p in d["probes"]} for n, d in docs.items()}
+    assert verdicts["a"] == verdicts["b"]
+    assert (docs["a"]["last_good"], docs["a"]["first_bad"]) == (docs["b"]["last_good"], docs["b"]["first_bad"]) \
+        == ("1.19.2", "1.20.0")
+
+
+def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
+    """Ctrl-C to a run that waits for another run's probe of a release: it ends at once (130, one line, no
+    traceback), records nothing, and the other run, its worker let go, finishes and records each probe once."""
+    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
+    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
+            "--from", "1.19.0", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir",
+            str(tmp_path / "res"), "--json"]
+    gate = WorkerGate(tmp_path / "gate")
+    first = _started(argv, tmp_path, "first", gate.env)
+    second = None
+    try:
+        gate.next_running(first)  # the first run's first worker, held: it holds that release's lock
+        second = _started(argv, tmp_path, "second", gate.env, foreground=True)
+        wait_for(lambda: WAITING in _said(tmp_path, "second"), "the second run to wait for the first's probe")
+        second.send_signal(signal.SIGINT)
+        try:
+            second.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            second.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr: where it hangs
+            time.sleep(2)
+            raise AssertionError(f"a waiting run did not end 60 s after Ctrl-C:\n{_said(tmp_path, 'second')[-8000:]}")
+        assert first.poll() is None  # the first run's probe is still held
+        gate.open()
+        assert first.wait(timeout=600) == 3, _said(tmp_path, "first")  # the spin model is good at both ends
+    finally:
+        gate.open()
+        for proc in (first, second):
+            if proc is not None:
+                proc.kill()
+    stderr = _said(tmp_path, "second")
+    assert second.returncode == 130, stderr
+    assert "interrupted" in stderr and "Traceback" not in stderr, stderr
+    (probes,) = (tmp_path / "res").rglob("probes.jsonl")
+    recorded = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
+    assert sorted(recorded) == ["1.19.0", "1.20.0"]

@@ -72,6 +72,10 @@ class ProbeLines:
     def probe_started(self, version: str) -> None:
         self.tasks[version] = self.bar.add_task(f"probing {version}", total=None)
 
+    def probe_waiting(self, version: str) -> None:
+        self.bar.console.print(f"{plain(self.prefix) + ' ' if self.prefix else ''}{plain(version)}: another run is "
+                               "probing it; waiting to reuse its record")
+
     def probe_finished(self, record: dict, reused: bool) -> None:
         self.count += 1
         task = self.tasks.pop(record["version"], None)

@@ -88,6 +88,12 @@ def own_records(records: list[dict]) -> list[dict]:
     return [r for r in records if not (r.get("combo_id") or r.get("series"))]
 
 
+def saved_probe(records: list[dict], version: str, series: str | None = None) -> dict | None:
+    """The newest search probe of `version` in `series` (None: the run's own), the record a run reuses."""
+    return latest_by_version([r for r in records if r["version"] == version and not r.get("combo_id")
+                              and r.get("series") == series]).get(version)
+
+
 def latest_by_version(records: list[dict]) -> dict[str, dict]:
     """version -> its newest record (greatest `finished`, then the later line)."""
     best: dict[str, tuple[tuple[str, int], dict]] = {}

@@ -4,6 +4,7 @@
     results/<run-id>/probes.jsonl    one JSON line per finished probe (append-only)
     results/<run-id>/quarantine.jsonl  lines set aside by `merge --quarantine` (not probe records)
     results/<run-id>/probes.lock     the run's write lock (flock): held by every writer of the two above
+    results/<run-id>/probing/        <version>[-<series>].lock: held while a release is probed (probe_lock)
     results/<run-id>/outputs/        each probe's outputs (.npz), for diffs and references
     results/<run-id>/cells/          the latest summary of each search over this run
     results/<run-id>/traces/         traces and diffs (`bisect trace`, `diff`, `--explain`)
@@ -38,6 +39,9 @@ as torn and left out of that read.
 The run id is derived from what decides a probe's outcome (model and batch
 digests, target, backend, session options), so running the same command
 again, or another range over the same model, reuses every finished probe.
+Two such runs at once do too: a release's probe is looked up, made and
+appended under that release's lock in the run (`probe_lock`), so the second
+run waits for the first's probe and reuses it; a holder that dies lets go.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,6 +80,7 @@ MANIFEST = "manifest.json"
 PROBES = "probes.jsonl"
 QUARANTINE = "quarantine.jsonl"
 LOCK = "probes.lock"  # flock'd by every writer of probes.jsonl and quarantine.jsonl
+PROBING = "probing"  # <version>[-<series>].lock: flock'd from a probe's look-up to its record's append
 EXPLANATION = "explanation"
 REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
 REPRO = "repro.py"  # the report's repro script
@@ -238,6 +244,20 @@ class RunStore:
             finally:
                 runs.discard(key)
 
+    @contextmanager
+    def probe_lock(self, version: str, series: str | None = None, on_wait: Callable[[str], None] | None = None,
+                   stop: threading.Event | None = None) -> Iterator[None]:
+        """Hold the lock on probing `version` (in `series`) in this run: other processes and threads wait for it
+        (`on_wait` hears when they must; a set `stop` ends the wait in LockWaitStopped). The run directory is the
+        rest of a probe's key (model, batch, options, provider, target), so the lock is the record's own key."""
+        path = self.dir / PROBING / f"{_probe_name(version, series)}.lock"
+        try:
+            path.parent.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise HarnessError(f"cannot write results to {self.dir}: {exc.strerror or exc}") from None
+        with file_lock(path, on_wait, stop):
+            yield
+
     def append(self, record: dict) -> None:
         """Append one probe as a single write, flushed to disk before returning, under the run's lock.
 
@@ -364,10 +384,7 @@ class RunStore:
         """The saved outputs of one probe (`series` tells apart several probes of one release). The version and
         series may come from evidence read back (a record, a question's reference): their name is one file name
         in outputs/, or refused."""
-        name = f"{version}-{series}.npz" if series else f"{version}.npz"
-        if len(name) > 255 or not RUN_ID_RE.match(name):
-            raise HarnessError(f"{name[:64]!r}: not the name of a probe's outputs (one file name in {OUTPUTS}/)")
-        return self.dir / OUTPUTS / name
+        return self.dir / OUTPUTS / f"{_probe_name(version, series)}.npz"
 
     def outputs(self, version: str, series: str | None = None) -> dict | None:
         """The saved outputs of one probe as arrays by name, or None when none were saved."""
@@ -408,16 +425,26 @@ class RunStore:
     def discard_if_unused(self) -> None:
         """Remove a run directory that this command opened and nothing was written into."""
         manifest = self.manifest() or {}
-        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, OUTPUTS, LOCK)
+        if len(manifest.get("commands", [])) > 1 or any(p.name not in (MANIFEST, OUTPUTS, LOCK, PROBING)
                                                         for p in self.dir.iterdir()):
             return
         try:
             (self.dir / LOCK).unlink(missing_ok=True)
+            shutil.rmtree(self.dir / PROBING, ignore_errors=True)
             (self.dir / MANIFEST).unlink()
             (self.dir / "outputs").rmdir()
             self.dir.rmdir()
         except OSError:
             pass
+
+
+def _probe_name(version: str, series: str | None) -> str:
+    """The file name (without suffix) of one probe's outputs and lock. The version and series may come from
+    evidence read back (a record, a question's reference): the name is one file name, or refused."""
+    name = f"{version}-{series}" if series else version
+    if len(name) > 250 or not RUN_ID_RE.match(name):
+        raise HarnessError(f"{name[:64]!r}: not the name of a probe's outputs (one file name in {OUTPUTS}/)")
+    return name
 
 
 def _parse(raw: bytes) -> tuple[dict | None, str | None]:

@@ -53,6 +53,10 @@ class _BuildsOnly:
         if version not in self.ends:
             self.observer.probe_started(version)
 
+    def probe_waiting(self, version: str) -> None:
+        if version not in self.ends:
+            self.observer.probe_waiting(version)
+
     def probe_finished(self, record: dict, reused: bool) -> None:
         if record["version"] not in self.ends:
             self.observer.probe_finished(record, reused)
