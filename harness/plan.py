@@ -169,7 +169,9 @@ def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: s
     if kind == "file" and not (isinstance(ref.get("path"), str) and Path(ref["path"]).is_file()):
         raise UsageError(f"{Path(run_dir).name}: its question compares with {ref.get('label')}, and that file "
                          f"({ref.get('path') or 'no path kept'}) is not here")
+    # a fix's good end is its newer one: a slowdown's baseline (timing_job) is that end
     return dataclasses.replace(spec, bad_if=str(question.predicate),
+                               mode="fix" if question.mode == "fix" else "regression",
                                reference=ref["path"] if kind == "file" else FP32 if kind == FP32 else None,
                                reference_release=ref_id.removeprefix("release:") if kind == "release" else None)
 

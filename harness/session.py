@@ -21,7 +21,7 @@ from harness.releases.versions import Release, parse_version
 from harness.request import Request
 from harness.results.history import RefreshStore, latest_by_version, own_records
 from harness.results.store import RunStore
-from harness.summary import Question, summary
+from harness.summary import Pair, Question, summary
 from harness.verdicts import Predicate
 
 
@@ -212,56 +212,45 @@ def judged_for(store: RunStore, question: Question) -> dict[str, dict]:
 
 
 def question_boundary(records: dict[str, dict], listing: list, question: Question) -> Boundary:
-    """Last good and first bad release of the question's range, as its judged records show them: the
-    boundary the run document names, whatever was probed outside the range."""
+    """The pair of the question's range as its judged records show it, in its mode (a regression's last good and
+    first bad, a fix's last bad and first good): the boundary the run document names, whatever was probed
+    outside the range."""
     lo, hi = parse_version(question.first), parse_version(question.last)
     inside = {v: r for v, r in records.items() if lo <= parse_version(v) <= hi}
     span = [r for r in listing if lo <= parse_version(r.version) <= hi]
     if not inside:
-        return Boundary(span, None, None, [], True)
-    return boundary_in(inside, span)
-
-
-def question_pair(records: dict[str, dict], listing: list, question: Question) -> tuple[str, str] | None:
-    """(good, bad) releases of the question's boundary: last good and first bad of a regression, first good
-    and last bad of a fix; None when its judged records show no boundary in its range."""
-    if question.mode != "fix":
-        found = question_boundary(records, listing, question)
-        return (found.last_good, found.first_bad) if found.first_bad else None
-    lo, hi = parse_version(question.first), parse_version(question.last)
-    span = [r for r in listing if lo <= parse_version(r.version) <= hi]
-    known = [records[r.version]["verdict"] if r.version in records else None for r in span]
-    step = search.bisect_step(known, "fix")
-    if step.status != "found":
-        return None
-    return span[step.hi].version, span[step.lo].version
+        return Boundary(span, None, [], True)
+    return boundary_in(inside, span, question.mode)
 
 
 @dataclass
 class Boundary:
     releases: list  # the releases from the first to the last probed one
-    last_good: str | None
-    first_bad: str | None
+    pair: Pair | None  # the releases the mode's verdicts turn between; None when the records show none
     untested: list[str]  # releases between the two that could not be judged or were not probed
     monotone: bool
 
 
-def boundary_in(records: dict[str, dict], listing: list) -> Boundary:
-    """Last good and first bad release that judged records show, over the span they cover.
+def boundary_in(records: dict[str, dict], listing: list, mode: str = "regression") -> Boundary:
+    """The pair that judged records show, over the span they cover: the last release of the mode's old verdict
+    and the first of its new one (a sweep's question reads as a regression's).
 
     A search cut short still gives the best bracket its probes show.
     """
+    mode = mode if mode in search.MODES else "regression"
+    old = search.MODES[mode][0]
     probed = sorted(records, key=parse_version)
     span = [r for r in listing if parse_version(probed[0]) <= parse_version(r.version) <= parse_version(probed[-1])]
     known = [records[r.version]["verdict"] if r.version in records else None for r in span]
-    step = search.bisect_step(known, "regression")
+    step = search.bisect_step(known, mode)
     lo = hi = None
     if step.status == "found":
         lo, hi = step.lo, step.hi
     elif step.status == "probing":
-        first = next(((a, b) for a, b in search.transitions(known) if known[a] == "good"), None)
+        first = next(((a, b) for a, b in search.transitions(known) if known[a] == old), None)
         if first:
             lo, hi = first
     if lo is None:
-        return Boundary(span, None, None, [], step.monotone)
-    return Boundary(span, span[lo].version, span[hi].version, [r.version for r in span[lo + 1:hi]], step.monotone)
+        return Boundary(span, None, [], step.monotone)
+    return Boundary(span, Pair.of_span(span[lo].version, span[hi].version, mode),
+                    [r.version for r in span[lo + 1:hi]], step.monotone)

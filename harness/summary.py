@@ -200,6 +200,50 @@ def sentence(doc: dict, outcome: RunOutcome, mode: str) -> str:
     return text
 
 
+@dataclass(frozen=True)
+class Pair:
+    """The two releases a search found, by which side is bad: a regression's last good and first bad release,
+    a fix's first good and last bad (the bad side of a fix is the OLDER release). Readers of a run (report,
+    reduce, blame) work between `good` and `bad` and name them as the run document does (`ends`)."""
+
+    good: str
+    bad: str
+    mode: str = "regression"  # a sweep's pair reads as a regression's: it looks for good-to-bad
+
+    @property
+    def fix(self) -> bool:
+        return self.mode == "fix"
+
+    @property
+    def older(self) -> str:
+        return self.bad if self.fix else self.good
+
+    @property
+    def newer(self) -> str:
+        return self.good if self.fix else self.bad
+
+    @classmethod
+    def of_span(cls, older: str, newer: str, mode: str) -> Pair:
+        """The pair of two releases in version order, searched in `mode`."""
+        return cls(newer, older, mode) if mode == "fix" else cls(older, newer, mode)
+
+    def ends(self) -> dict[str, str]:
+        """The pair by the names a run document of its mode gives it: {last_good, first_bad} or {last_bad, first_good}."""
+        first, second = end_names(self.mode)
+        return {first: self.older, second: self.newer}
+
+    def words(self) -> str:
+        """"last good 1.19.2, first bad 1.20.0" or "last bad 1.26.0, first good 1.27.0"."""
+        return ", ".join(f"{name.replace('_', ' ')} {v}" for name, v in self.ends().items())
+
+
+def end_names(mode: str) -> tuple[str, str]:
+    """The keys a document of `mode` names its pair by, older first: ("last_good", "first_bad") of a regression
+    or a sweep, ("last_bad", "first_good") of a fix."""
+    old, new = MODES.get(mode, MODES["regression"])
+    return f"last_{old}", f"first_{new}"
+
+
 def boundary_of(doc: dict) -> tuple[str, str] | None:
     """The release pair a run document's search found, older first: a regression's last good and first bad, a
     fix's last bad and first good (a sweep's, by the keys its mode gave it); None where it found none."""

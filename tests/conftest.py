@@ -81,22 +81,34 @@ def listing(cache_dir) -> Path:
     return cache_dir / "index"
 
 
-@pytest.fixture
-def bisect(cache_dir, tmp_path):
-    """Run `bisect ...` as a user would, in a fresh results directory."""
+def cli(cache_dir: Path, results_dir: Path):
+    """`bisect ...` as a user would run it: run and sweep write into `results_dir` unless told another."""
 
     def run(*args: str, results: Path | None = None, timeout: float = 900, env: dict | None = None) -> Result:
         argv = [sys.executable, "-m", "harness.cli", *args]
         if args and args[0] in ("run", "sweep", "versions"):
             argv += ["--cache-dir", str(cache_dir)]
         if args and args[0] in ("run", "sweep"):
-            argv += ["--results-dir", str(results or tmp_path / "results")]
+            argv += ["--results-dir", str(results or results_dir)]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                               env={**os.environ, "COLUMNS": "200", **(env or {})})
         return Result(proc.returncode, proc.stdout, proc.stderr)
 
     run.cache_dir = cache_dir
+    run.results_dir = results_dir
     return run
+
+
+@pytest.fixture
+def bisect(cache_dir, tmp_path):
+    """Run `bisect ...` as a user would, in a fresh results directory."""
+    return cli(cache_dir, tmp_path / "results")
+
+
+@pytest.fixture(scope="module")
+def module_bisect(cache_dir, tmp_path_factory):
+    """`bisect` with one results directory for a whole test file: for a run its tests read in turn."""
+    return cli(cache_dir, tmp_path_factory.mktemp("results"))
 
 
 @pytest.fixture(scope="session")

@@ -234,6 +234,12 @@ def test_a_fix_is_blamed_on_the_rewrite_rule_it_fixed(bisect, tmp_path):
     assert c["total"] == 4 and [x["sha"] for x in c["suspects"]] == [shas["suspect"]]
     assert c["suspects"][0]["pr"] == 102 and c["suspects"][0]["date"] == "2025-02-02"
     assert "1 of the 4 commits between 1.29.0 and 1.30.0" in doc["text"]
+    # the report of the fix names it, and takes the blame of its very pair (last bad, first good)
+    rep = bisect("report", r.json()["run_id"], "--results-dir", str(tmp_path / "results"), "--cache-dir",
+                 str(bisect.cache_dir), "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    assert rep.stdout.splitlines()[0].endswith("fixed in onnxruntime 1.30.0 (last bad 1.29.0)")
+    assert "`GemmTransposeFusion`" in rep.stdout.split("### Below the release", 1)[1].split("###", 1)[0]
 
 
 @pytest.mark.release

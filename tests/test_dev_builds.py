@@ -171,7 +171,7 @@ def test_into_dev_builds_names_the_first_bad_build_and_reuses_the_releases(bisec
     asked = asked_of_run(store)
     assert (asked.question.first, asked.question.last) == ("1.19.2", "1.20.0")
     found = question_boundary(judged_for(store, asked.question), release_listing(cache_dir), asked.question)
-    assert (found.last_good, found.first_bad) == ("1.19.2", "1.20.0")
+    assert (found.pair.good, found.pair.bad) == ("1.19.2", "1.20.0")
     # the same command again: every probe reused, and the terminal says the builds' boundary in a line
     r = bisect(*args, results=results)
     assert r.returncode == 0, r.stderr

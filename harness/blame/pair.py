@@ -35,6 +35,7 @@ from harness.metrics import probe_metrics
 from harness.probe import ProbeJob, Prober, serving
 from harness.reference import Reference, arrays_for, restored
 from harness.results.store import BLAME, RunStore, load_outputs
+from harness.summary import Pair
 
 BLAME_DOC = "blame"
 LEVELS = ("disable", "basic", "extended")  # below "all", in order; "layout" only in releases that have it
@@ -153,11 +154,9 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
 
     found = minimal_set(bad_log.modified, bad_log.ran, rules,
                         lambda names: pp.verdict(bad, names)["verdict"] == "good")
-    mode = question.get("mode") or "regression"
-    ends = {"last_good": good.version, "first_bad": bad.version} if mode != "fix" else \
-        {"first_good": good.version, "last_bad": bad.version}
+    pair = Pair(good.version, bad.version, question.get("mode") or "regression")
     doc: dict = {
-        "run_id": run_store.dir.name, "mode": mode, "good": good.version, "bad": bad.version, **ends,
+        "run_id": run_store.dir.name, "mode": pair.mode, "good": good.version, "bad": bad.version, **pair.ends(),
         "question": question, "transformers": found.transformers, "flips": found.flips,
         "stages": [s.document() for s in found.stages],
         "session_logs": {v: (lg.document() if lg else None) for v, lg in logs.items()},
@@ -188,6 +187,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     doc["probes"] = [{k: v for k, v in step.items() if k != "record"} for step in pp.made]
     doc["probed_now"] = pp.probes
     doc["seconds"] = round(time.perf_counter() - t0, 1)
+    doc["named"] = names_something(doc)
     doc["text"] = said(doc)
     store.save_document(BLAME_DOC, doc)
     return doc
@@ -270,6 +270,13 @@ def _commits(repo: Path, doc: dict, run_store: RunStore, good, bad, log) -> dict
     return {**rng.document(), "older": older.version, "newer": newer.version}
 
 
+def names_something(doc: dict) -> bool:
+    """Whether a blame of a pair that flips names anything below it: a set of transformers whose disabling flips
+    the bad release, a graph optimization level it is good at, or the kernels its nodes ran as. A pair whose bad
+    release does not load the model (an opset it does not know) leaves nothing to name."""
+    return bool(doc["flips"] or (doc.get("level") or {}).get("good_at") or (doc.get("kernels") or {}).get("nodes"))
+
+
 def said(doc: dict) -> str:
     """The blame in a few sentences (the report's and the terminal's)."""
     G, B, fix = doc["good"], doc["bad"], doc.get("mode") == "fix"
@@ -305,6 +312,9 @@ def said(doc: dict) -> str:
     rows = (doc.get("kernels") or {}).get("nodes") or []
     for row in rows[:3]:
         out.append(row["sentence"][0].upper() + row["sentence"][1:] + ".")
+    unnamed = (doc.get("kernels") or {}).get("error")
+    if unnamed and not rows:
+        out.append(unnamed[0].upper() + unnamed[1:] + ".")
     commits = doc.get("commits")
     if commits:
         out.append(f"{len(commits['suspects'])} of the {commits['total']} commits between {commits['older']} and "
@@ -320,26 +330,25 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     import dataclasses
 
     from harness.plan import make_plan, spec_of_run
-    from harness.releases.versions import parse_version
     from harness.request import release_listing
     from harness.results.store import REDUCED
-    from harness.session import asked_with_records, question_pair
+    from harness.session import asked_with_records, question_boundary
+    from harness.summary import end_names
 
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
     asked, records = asked_with_records(store, question, bad_if, "blame")
     q = asked.question
-    pair = question_pair(records, release_listing(cache_dir, offline), q)
+    pair = question_boundary(records, release_listing(cache_dir, offline), q).pair
     if pair is None:
-        ends = "first good and last bad" if q.mode == "fix" else "last good and first bad"
+        ends = " and ".join(name.replace("_", " ") for name in end_names(q.mode))
         raise UsageError(f"{run_dir.name}: its probes show no {ends} release to blame under {asked.said}")
     if repo is not None and not (Path(repo) / ".git").exists() and not (Path(repo) / "HEAD").is_file():
         raise UsageError(f"--repo {repo}: not a git repository (a clone of onnxruntime)")
-    older, newer = sorted(pair, key=parse_version)
-    spec = spec_of_run(run_dir, cache_dir, offline, older, newer, q)
-    plan = make_plan(dataclasses.replace(spec, from_=older, to=newer), command)
-    good = next(r for r in plan.releases if r.version == pair[0])
-    bad = next(r for r in plan.releases if r.version == pair[1])
+    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q)
+    plan = make_plan(dataclasses.replace(spec, from_=pair.older, to=pair.newer), command)
+    good = next(r for r in plan.releases if r.version == pair.good)
+    bad = next(r for r in plan.releases if r.version == pair.bad)
     reference = restored(q.reference, store) if q.reference and q.predicate.needs_reference else None
     if reference is not None and reference.kind == "file" and reference.arrays is None:
         raise UsageError(f"{run_dir.name}: its question compares with {reference.label}, and that file is not here "

@@ -20,6 +20,8 @@ from harness.commands.common import (
     store_options,
 )
 
+EXIT_NOTHING_NAMED = 4  # the pair flips, and no transformer, level or kernel is named below it
+
 
 @click.command("blame")
 @click.argument("run", metavar="RUN")
@@ -30,15 +32,18 @@ from harness.commands.common import (
               help="A clone of onnxruntime: list the commits between the two builds that touch what is blamed.")
 @json_option
 def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_json):
-    """Which graph transformer, kernel and commits: below a run's last good and first bad release.
+    """Which graph transformer, kernel and commits: below a run's release pair (last good and first bad; a fix's
+    last bad and first good).
 
-    On the first bad release B: the transformers its session log says changed the graph, delta-debugged with
-    the session option `disabled_optimizers` to the fewest whose disabling makes B good again (then the same
-    on the last good release); else the optimization level that does; how the nodes the run names ran on each
-    release (op, domain, provider, types); with --repo, the commits between the two builds that touch the
-    source of what is blamed. Judged as the run's question judges (--question, --bad-if). Writes
-    results/<run>/blame/. Exit status: 0 something named (a transformer set that flips B, or a kernel that
-    changed), 3 nothing to blame (the pair does not flip here), 2 refused before any probe, 1 a failure.
+    On the bad release B (a fix's last bad one): the transformers its session log says changed the graph,
+    delta-debugged with the session option `disabled_optimizers` to the fewest whose disabling makes B good
+    again (then the same on the good release); else the optimization level that does; how the nodes the run
+    names ran on each release (op, domain, provider, types); with --repo, the commits between the two builds
+    that touch the source of what is blamed. Judged as the run's question judges (--question, --bad-if).
+    Writes results/<run>/blame/. Exit status: 0 something named (a transformer set that flips B, an
+    optimization level B is good at, or the kernels its nodes ran as), 4 the pair flips and nothing below it
+    is named (e.g. B does not load the model: no transformer ran, no optimized graph was saved), 3 nothing to
+    blame (the pair does not flip here), 2 refused before any probe, 1 a failure.
     """
     from harness.blame.pair import NoFlip, blame_saved_run
     from harness.report.terminal import blame_summary
@@ -56,5 +61,4 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_jso
         print_json(doc)
     else:
         out.print(blame_summary(doc))
-    named = doc["flips"] or bool((doc.get("kernels") or {}).get("nodes"))
-    return EXIT_FOUND if named else EXIT_NO_BOUNDARY
+    return EXIT_FOUND if doc["named"] else EXIT_NOTHING_NAMED

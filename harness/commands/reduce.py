@@ -1,4 +1,4 @@
-"""`bisect reduce RUN`: the fewest rows and nodes that still flip between a run's last good and first bad."""
+"""`bisect reduce RUN`: the fewest rows and nodes that still flip between a run's pair (a fix's too)."""
 
 from __future__ import annotations
 
@@ -28,13 +28,13 @@ from harness.commands.common import (
 @click.option("--rows-only", is_flag=True, help="Reduce the batch's rows, keep the whole model.")
 @json_option
 def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, as_json):
-    """The smallest repro of a run's regression: fewest rows, then fewest nodes, each verified on both releases.
+    """The smallest repro of a run's regression or fix: fewest rows, then fewest nodes, verified on both releases.
 
-    It reduces the boundary of the run's question (its newest run document, or --question KEY), judged as
-    that question judges, with its reference. Writes results/<run>/reduced/ (model.onnx, inputs.npz,
-    reference.npz when the question compares with one, reduce.json); resumable. Exit status: 0 a verified
-    reduction, 3 none (the pair does not flip here, or the reduction does not verify), 2 refused before any
-    probe, 1 a failure.
+    It reduces the pair of the run's question (its newest run document, or --question KEY): last good and
+    first bad, a fix's last bad and first good; judged as that question judges, with its reference. Writes
+    results/<run>/reduced/ (model.onnx, inputs.npz, reference.npz when the question compares with one,
+    reduce.json); resumable. Exit status: 0 a verified reduction, 3 none (the pair does not flip here, or the
+    reduction does not verify), 2 refused before any probe, 1 a failure.
     """
     from harness.report.terminal import reduction_summary
     from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY

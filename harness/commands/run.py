@@ -36,7 +36,7 @@ search_options = compose(model_options, reduced_option, range_options, target_op
               help="regression: first bad after good; fix: first good after bad.")
 @click.option("--explain", is_flag=True, help="Trace the boundary pair and say which node's numerics changed.")
 @click.option("--reduce", "reduce_", is_flag=True,
-              help="Then shrink the regression to the fewest rows and nodes that still flip (as `bisect reduce`).")
+              help="Then shrink the regression (or fix) to the fewest rows and nodes that still flip (as `bisect reduce`).")
 @click.option("--blame", is_flag=True,
               help="Then name the graph transformer, kernel (and, with --repo, commits) below the boundary (as `bisect blame`).")
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -145,7 +145,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
                       f"run the same command again (or --resume {plan.store.run_id}) to continue")
             return status
     doc = found.doc
-    if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] == "regression":
+    if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] != "sweep":  # a regression or a fix
         from harness.triage.reduce import NoFlip, reduce_saved_run
 
         try:

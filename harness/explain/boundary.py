@@ -18,6 +18,7 @@ from harness.explain import trace as trace_mod
 from harness.explain.chart import headroom_chart
 from harness.releases.versions import Release, parse_version
 from harness.results.store import EXPLANATION, TRACES
+from harness.summary import boundary_of
 from harness.vocabulary import DEFAULT_TRACE_BUDGET_MB as DEFAULT_BUDGET_MB
 
 
@@ -91,8 +92,7 @@ def explain_search(found, log=_quiet) -> dict | None:
     if doc["status"] != "found":
         return None
     # the document's pair: a sweep's is its first transition the mode's way, which need not be its first
-    old, new = ("bad", "good") if doc["mode"] == "fix" else ("good", "bad")
-    lo, hi = doc[f"last_{old}"], doc[f"first_{new}"]
+    lo, hi = boundary_of(doc)
     doc["explanation"] = explanation(found.plan, lo, hi, log=log)
     found.plan.store.save_summary(doc["cell"]["key"], doc)
     return doc["explanation"]

@@ -33,7 +33,7 @@ from harness.results.store import (
     REPORT,
     RunStore,
 )
-from harness.summary import build_of, compare_url
+from harness.summary import Pair, build_of, compare_url, end_names
 
 SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
@@ -96,25 +96,25 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         recs = judged_for(store, q)
     probed = sorted(recs, key=parse_version)
     found = question_boundary(recs, all_releases, q)
-    last_good, first_bad, untested = found.last_good, found.first_bad, found.untested
+    pair, untested = found.pair, found.untested  # a fix's bad side is its older release
 
     # explanation
     expl = store.document(EXPLANATION)
     timed = bool(predicate.timed)
-    if expl is None and probe and last_good and first_bad and not timed:  # a slowdown's why is its profile
-        expl = explanation(get_plan(probed[-1]), last_good, first_bad, log=log)
+    if expl is None and probe and pair and not timed:  # a slowdown's why is its profile
+        expl = explanation(get_plan(probed[-1]), pair.older, pair.newer, log=log)
     profile = None
-    if timed and last_good and first_bad:
+    if timed and pair:
         from harness.explain.profile import profile_pair
         from harness.explain.profile import read as read_profile
 
-        pair = tuple(sorted((last_good, first_bad), key=parse_version))
+        span = (pair.older, pair.newer)
         profile = read_profile(run_dir)
-        if (profile is None or (profile["old"], profile["new"]) != pair) and probe:
-            log(f"profiling {pair[0]} and {pair[1]}")
-            profile_pair(get_plan(probed[-1]), *pair)
+        if (profile is None or (profile["old"], profile["new"]) != span) and probe:
+            log(f"profiling {span[0]} and {span[1]}")
+            profile_pair(get_plan(probed[-1]), *span)
             profile = read_profile(run_dir)
-        if profile is not None and (profile["old"], profile["new"]) != pair:
+        if profile is not None and (profile["old"], profile["new"]) != span:
             profile = None
         if profile is not None and not profile.get("error"):
             try:
@@ -132,12 +132,13 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     repeats = find_summaries(run_dir.parent, "repeat", match)
     mitigation = store.document(MITIGATION)
 
-    env = environment(recs, key, first_bad or probed[-1], SCRIPT)
-    elsewhere = other_targets(run_dir, key, first_bad, q) if first_bad else []
-    where = where_it_reproduces(env, elsewhere, first_bad)
-    repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, first_bad), embed_limit,
+    bad = pair.bad if pair else None  # where the problem shows: the repro's platform and reference values
+    env = environment(recs, key, bad or probed[-1], SCRIPT)
+    elsewhere = other_targets(run_dir, key, bad, q) if bad else []
+    where = where_it_reproduces(env, elsewhere, bad)
+    repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, bad), embed_limit,
                         where, (q.reference or {}).get("label") or "the reference")
-    commits = {v: build_of(recs.get(v))["commit"] for v in (last_good, first_bad) if v}
+    commits = {v: build_of(recs.get(v))["commit"] for v in ((pair.older, pair.newer) if pair else ())}
     doc = {
         "run_id": run_dir.name,
         "model": {k: manifest["model"].get(k) for k in ("name", "source", "digest")},
@@ -155,13 +156,17 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
                    for v in probed],
         "profile": profile,
         "releases_in_range": [r.version for r in found.releases],
-        "last_good": last_good,
-        "first_bad": first_bad,
+        "mode": pair.mode if pair else q.mode,
+        # named as the run document names them: last_good and first_bad, or a fix's last_bad and first_good
+        **(pair.ends() if pair else dict.fromkeys(end_names(q.mode))),
+        "good": pair.good if pair else None,
+        "bad": bad,
+        "good_requirement": packages.of_key(key).requirement(pair.good) if pair else None,
         "untested_between": untested,
         "monotone": found.monotone,
         "newest": {"version": newest, "verdict": recs.get(newest, {}).get("verdict"), "why": recs.get(newest, {}).get("why")},
-        "commits": {"last_good": commits.get(last_good), "first_bad": commits.get(first_bad),
-                    "compare": compare_url(commits.get(last_good), commits.get(first_bad))} if first_bad else None,
+        "commits": {**{name: commits[v] for name, v in pair.ends().items()},
+                    "compare": compare_url(commits[pair.older], commits[pair.newer])} if pair else None,
         "elsewhere": elsewhere,
         "explanation": {k: v for k, v in expl.items() if k not in ("diff", "chart")} if expl else None,
         "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
@@ -171,19 +176,19 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
                                                        "worst_cosine", "worst_max_abs")}
                        | {"patched_model": Path(mitigation["patched"]["path"]).name}) if mitigation else None,
     }
-    doc["blame"] = blame_of(store, last_good, first_bad) if first_bad else None
+    doc["blame"] = blame_of(store, pair.good, pair.bad) if pair else None
     doc["repro"] = repro
     doc["repro_where"] = where
     return doc
 
 
-def blame_of(store: RunStore, last_good: str, first_bad: str) -> dict | None:
-    """What `bisect blame` named for this very pair, as plain typed values (the document is read back from disk:
-    anything not of the shape it is written in is left out)."""
+def blame_of(store: RunStore, good: str, bad: str) -> dict | None:
+    """What `bisect blame` named for this very pair (its good and bad release), as plain typed values (the
+    document is read back from disk: anything not of the shape it is written in is left out)."""
     from harness.results.store import BLAME
 
     raw = RunStore(store.dir / BLAME).document("blame")
-    if not isinstance(raw, dict) or (raw.get("good"), raw.get("bad")) != (last_good, first_bad):
+    if not isinstance(raw, dict) or (raw.get("good"), raw.get("bad")) != (good, bad):
         return None
 
     def strings(value) -> list[str]:
@@ -321,26 +326,38 @@ def markdown(doc: dict) -> str:
 def _markdown(doc: dict, paste_script: bool) -> str:
     t, code, prose = escape.md_text, escape.md_code, escape.md_prose
     env = doc["environment"]
-    lg, fb = doc["last_good"], doc["first_bad"]
+    pair = Pair(doc["good"], doc["bad"], doc["mode"]) if doc.get("bad") else None
+    good, bad = (pair.good, pair.bad) if pair else (None, None)
     name = doc["model"]["name"]
     package = (env.get("requirement") or "onnxruntime").split("==")[0].split("[")[0]
     ep = env.get("execution_provider") or "CPUExecutionProvider"
     on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
-    title = (f"{name}: {doc['symptom']} on {on} since {package} {fb} "
-             f"(last good {lg})") if fb else f"{name}: {package} verdicts on {on}"
+    symptom = 'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])
+    if pair is None:
+        title = f"{name}: {package} verdicts on {on}"
+    elif pair.fix:
+        title = f"{name}: {doc['symptom']} on {on} fixed in {package} {good} (last bad {bad})"
+    else:
+        title = f"{name}: {doc['symptom']} on {on} since {package} {bad} (last good {good})"
     L = [f"## {t(title)}", ""]
     L += ["### Describe the bug", ""]
-    if fb:
+    if pair:
         span = doc["releases_in_range"]
-        L.append(f"Running {code(name)} through the CPU execution provider gives "
-                 f"{'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])} from onnxruntime "
-                 f"**{t(fb)}** on; **{t(lg)}** is the last good release (bisected over the releases "
-                 f"{t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per probe).")
+        bisected = (f"bisected over the releases {t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per "
+                    "probe")
+        if pair.fix:
+            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} up to onnxruntime "
+                     f"**{t(bad)}**, the last bad release; **{t(good)}** is the first good one: it is fixed there "
+                     f"({bisected}).")
+        else:
+            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} from onnxruntime "
+                     f"**{t(bad)}** on; **{t(good)}** is the last good release ({bisected}).")
         L.append(f"A release counts as bad when {t(doc['bad_means'])} ({code('--bad-if ' + doc['predicate'])}).")
         if doc["untested_between"]:
             L.append(f"Releases between them that could not be tested: {t(', '.join(doc['untested_between']))}.")
     else:
-        L.append("No good-to-bad boundary in the probed releases.")
+        old, new = (n.split("_")[1] for n in end_names(doc.get("mode") or "regression"))
+        L.append(f"No {old}-to-{new} boundary in the probed releases.")
     nv = doc["newest"]
     if nv.get("verdict") in ("good", "bad"):
         still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
@@ -354,7 +371,7 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     else:
         L += ["", "### Verdicts", "", "| release | verdict | NaN rows | Inf rows | rows |", "|---|---|---:|---:|---:|"]
     for p in doc["probes"]:
-        mark = f"**{t(p['verdict'])}**" if p["version"] in (lg, fb) else t(p["verdict"])
+        mark = f"**{t(p['verdict'])}**" if p["version"] in (good, bad) else t(p["verdict"])
         if timed:
             tm = p.get("timing") or {}
             ms = f"{tm['candidate_median_s'] * 1e3:.3f} ms" if tm.get("candidate_median_s") else "-"
@@ -362,11 +379,16 @@ def _markdown(doc: dict, paste_script: bool) -> str:
                      f"{t(tm.get('runs', '-'))} |")
         else:
             L.append(f"| {t(p['version'])} | {mark} | {t(p['nan_rows'] or 0)} | {t(p['inf_rows'] or 0)} | {t(p['rows'] or 0)} |")
-    L += ["", f"Last good: **{t(lg)}**, first bad: **{t(fb)}**." if fb else "", ""]
-    if doc.get("commits") and doc["commits"]["last_good"]:
-        c = doc["commits"]
-        L += ["### Commit range", "", f"Built from {code(c['last_good'])} ({t(lg)}, good) .. {code(c['first_bad'])} "
-              f"({t(fb)}, bad), as `onnxruntime.get_build_info()` reports them: " + t(c["compare"] or ""), ""]
+    ends = pair.ends() if pair else {}
+    said = ", ".join(f"{k.replace('_', ' ')}: **{t(v)}**" for k, v in ends.items())
+    L += ["", said[:1].upper() + said[1:] + "." if pair else "", ""]
+    c = doc.get("commits") or {}
+    if pair and all(c.get(k) for k in ends):  # older .. newer, each with its side
+        c_old, c_new = (c[k] for k in ends)
+        side = {good: "good", bad: "bad"}
+        L += ["### Commit range", "", f"Built from {code(c_old)} ({t(pair.older)}, {side[pair.older]}) .. "
+              f"{code(c_new)} ({t(pair.newer)}, {side[pair.newer]}), as `onnxruntime.get_build_info()` reports "
+              "them: " + t(c["compare"] or ""), ""]
     if doc["explanation"]:
         L += ["### What changed", "", prose(doc["explanation"]["text"]), ""]
         if doc["explanation"].get("suspect"):
@@ -398,7 +420,7 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L += ["### Workaround", "", prose(m["message"]),
               f"Patched model (nodes kept in fp32 with Cast in / Cast out): {code(m['patched_model'])}.", ""]
     r = doc["repro"]
-    version = fb or doc["probes"][-1]["version"]
+    version = bad or doc["probes"][-1]["version"]
     L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
     if r["reduced"]:
         red = r["reduced"]
@@ -420,16 +442,21 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         ["--full"], "the full model, fetched from the hub by revision (pip install huggingface_hub)") if r["hub"] else (
         ["--full", r["model_file"]], f"the full model ({sha})")
     commands = [sh(["pip", "install", env.get("requirement") or f"onnxruntime=={version}", "numpy"])]
-    if timed and lg:  # a slowdown is a comparison: the script times both releases in turn
-        commands = [sh(["python", "-m", "venv", "good"]) + " && "
-                    + sh(["good/bin/pip", "install", f"onnxruntime=={lg}", "numpy"])]
+    if r["reduced"]:
+        commands.append(sh(["python", SCRIPT], "the reduced model", 32))
+    after, sides = [], []
+    if timed and good:  # a slowdown is a comparison: the script times both releases in turn
+        commands = [*commands[:1], sh(["python", "-m", "venv", "good"]) + " && "
+                    + sh(["good/bin/pip", "install", doc["good_requirement"], "numpy"])]
         full = sh(["python", SCRIPT, "--baseline", "good/bin/python", *full_args],
                   f"timed against the good release, in turn; {full_said}", 32)
     else:
-        if r["reduced"]:
-            commands.append(sh(["python", SCRIPT], "the reduced model", 32))
         full = sh(["python", SCRIPT, *full_args], full_said, 32)
-    L += ["", *escape.md_fence("\n".join([*commands, full])), ""]
+        if good and r["predicate"] == doc["predicate"]:  # the script asks the run's question: good on the other side
+            after = [sh(["pip", "install", doc["good_requirement"], "numpy"],
+                        f"{good}, the {'first' if pair.fix else 'last'} good release: the same commands exit 0", 32)]
+            sides = [f"`{SCRIPT}` exits 1 (bad) on {t(bad)} and 0 (good) on {t(good)}; 2 when it cannot judge.", ""]
+    L += ["", *escape.md_fence("\n".join([*commands, full, *after])), "", *sides]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
     if paste_script:
@@ -442,7 +469,7 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
             ("CPU flags", " ".join(map(str, env["cpu_flags"])) or "?"),
             ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"),
-            ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{lg} (good), {fb} (bad)" if fb else "?"),
+            ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{good} (good), {bad} (bad)" if pair else "?"),
             ("Execution provider", env["execution_provider"]), ("How it ran", env["backend"]),
             ("Session options", json.dumps(doc["session_options"]) if doc["session_options"] else "defaults")]
     for k, v in rows:

@@ -1,8 +1,9 @@
 """Shrink a regression to a repro a maintainer can run in seconds: fewest rows, fewest nodes.
 
-Given a run's boundary (last good L, first bad B, same target and options),
-every candidate is judged by probing it on BOTH releases: it is kept only if
-it is still good on L and bad on B. Nothing about onnxruntime's numerics is
+Given a run's boundary (its good release L and its bad release B, same target
+and options: a regression's last good and first bad, a fix's first good and
+last bad), every candidate is judged by probing it on BOTH releases: it is
+kept only if it is still good on L and bad on B. Nothing about onnxruntime's numerics is
 assumed, because exposing or feeding intermediate tensors changes what it
 computes (an fp16 tensor an fp32 island kept finite reads Inf once exposed).
 
@@ -471,18 +472,19 @@ def _prepare(run_dir: Path, cache_dir: Path, offline: bool, command: list[str] |
     from harness.request import release_listing
     from harness.results.history import latest_by_version, own_records
     from harness.session import asked_with_records, question_boundary
+    from harness.summary import end_names
 
     store = RunStore(run_dir)
     asked, records = asked_with_records(store, key, bad_if, "reduce")
     q = asked.question
-    found = question_boundary(records, release_listing(cache_dir, offline), q)
-    if not found.first_bad:
-        raise UsageError(f"{run_dir.name}: its probes show no last good and first bad release to reduce between "
-                         f"under {asked.said}")
-    spec = spec_of_run(run_dir, cache_dir, offline, found.last_good, found.first_bad, q)
-    plan = make_plan(dataclasses.replace(spec, from_=found.last_good, to=found.first_bad), command)
-    good = next(r for r in plan.releases if r.version == found.last_good)
-    bad = next(r for r in plan.releases if r.version == found.first_bad)
+    pair = question_boundary(records, release_listing(cache_dir, offline), q).pair
+    if pair is None:
+        ends = " and ".join(name.replace("_", " ") for name in end_names(q.mode))
+        raise UsageError(f"{run_dir.name}: its probes show no {ends} release to reduce between under {asked.said}")
+    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q)
+    plan = make_plan(dataclasses.replace(spec, from_=pair.older, to=pair.newer), command)
+    good = next(r for r in plan.releases if r.version == pair.good)
+    bad = next(r for r in plan.releases if r.version == pair.bad)
     arrays = load_npz(Path(plan.job.inputs))
     against = None
     if q.reference and q.predicate.needs_reference:
