@@ -416,7 +416,9 @@ def test_every_suggested_shell_line_of_a_hostile_report_runs_nothing_and_keeps_e
     fulls = [c for c in calls if c[0] == "python" and "--full" in c]
     assert fulls and all(c == ["python", REPRO, "--full", SHELL_NAME] for c in fulls), fulls
     installs = [c for c in calls if c[0] == "pip"]
-    assert {c[2] for c in installs} == {f"{SHELL_PACKAGE}==1.20.0", f"{SHELL_PACKAGE}==VERSION"}, installs
+    # the bad release, the good one (the same commands exit 0 there) and the docstring's VERSION
+    assert {c[2] for c in installs} == {f"{SHELL_PACKAGE}==1.20.0", f"{SHELL_PACKAGE}==1.19.2",
+                                        f"{SHELL_PACKAGE}==VERSION"}, installs
     assert all(len(c) == 4 for c in installs), installs
 
 
