@@ -141,7 +141,11 @@ def judged(record: dict, predicate: Predicate, ref: Reference | None, store: Run
     if arrays is not None and outputs is not None:
         return judge(record, predicate, arrays, outputs, ref.id)
     own = probe_metrics(record.get("result"))
-    # a record measured against nothing may say why (the fp32 model did not run on its release)
-    own["comparison_error"] = (m.get("comparison_error") if stored is None and m.get("comparison_error") else
-                               f"no outputs of {ref.label} to compare the probe of {record['version']} with")
+    # a comparison that was tried and failed is said (the fp32 model did not run on its release); a probe that
+    # was never compared with `ref` (another question's) keeps no comparison at all: verdicts.not_compared
+    fp32_failed = ref.kind == FP32 and fp32_record(store, ref, record["version"]) is not None
+    if stored is None and m.get("comparison_error"):
+        own["comparison_error"] = m["comparison_error"]
+    elif fp32_failed or (ref.kind == "release" and arrays is None):
+        own["comparison_error"] = f"no outputs of {ref.label} to compare the probe of {record['version']} with"
     return judge({**record, "metrics": own}, predicate)

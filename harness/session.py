@@ -21,8 +21,8 @@ from harness.releases.versions import Release, parse_version
 from harness.request import Request
 from harness.results.history import RefreshStore, latest_by_version, own_records
 from harness.results.store import RunStore
-from harness.summary import Pair, Question, summary
-from harness.verdicts import Predicate
+from harness.summary import Pair, Question, has_boundary, summary
+from harness.verdicts import Predicate, not_compared
 
 
 @dataclass
@@ -128,10 +128,13 @@ def probe_outcome(plan: Plan, versions: list[str], observer: Observer | None = N
 # --- reading a search back ---------------------------------------------------------------------
 
 
-def judged_records(store: RunStore, predicate: Predicate, reference: Reference | None = None) -> dict[str, dict]:
+def judged_records(store: RunStore, predicate: Predicate, reference: Reference | None = None,
+                   uncompared: bool = False) -> dict[str, dict]:
     """The newest record of each release of a run's own search, judged against `reference` (triage series left
-    out): records probed against another reference are compared again from their saved outputs."""
-    return {v: judged(r, predicate, reference, store) for v, r in latest_by_version(own_records(store.records())).items()}
+    out): records probed against another reference are compared again from their saved outputs. A release the
+    question never compared (verdicts.not_compared) is left out, as if never probed, unless `uncompared`."""
+    out = {v: judged(r, predicate, reference, store) for v, r in latest_by_version(own_records(store.records())).items()}
+    return out if uncompared else {v: r for v, r in out.items() if not not_compared(r, predicate)}
 
 
 @dataclass(frozen=True)
@@ -142,10 +145,13 @@ class Asked:
     question: Question
     key: str | None
     said: str  # "the run's newest question (regression-...)", for the reader to print
+    # the run's other questions, newest first: (key, question, whether its run document found a boundary)
+    others: tuple[tuple[str, Question, bool], ...] = ()
 
 
-def run_questions(store: RunStore) -> tuple[list[tuple[str, Question]], list[str]]:
-    """([(key, question)] of each run document under cells/, newest first; [why, for each one unreadable])."""
+def run_questions(store: RunStore) -> tuple[list[tuple[str, Question, bool]], list[str]]:
+    """([(key, question, whether it found a boundary)] of each run document under cells/, newest first; [why, for
+    each one unreadable])."""
     from harness.results.evidence import EvidenceError
     from harness.results.store import CELLS, read_cell_document
 
@@ -153,30 +159,32 @@ def run_questions(store: RunStore) -> tuple[list[tuple[str, Question]], list[str
     for path in sorted((store.dir / CELLS).glob("*.json")):
         try:
             doc = read_cell_document(path)
-            found.append((doc.generated or "", path.stat().st_mtime, path.stem, Question.of_document(doc.raw)))
+            found.append((doc.generated or "", path.stat().st_mtime, path.stem, Question.of_document(doc.raw),
+                          has_boundary(doc.raw)))
         except (OSError, EvidenceError, UsageError) as exc:
             unreadable.append(f"{CELLS}/{path.name}: {exc}")
     found.sort(key=lambda f: f[:2], reverse=True)
-    return [(k, q) for _, _, k, q in found], unreadable
+    return [(k, q, b) for _, _, k, q, b in found], unreadable
 
 
 def asked_of_run(store: RunStore, key: str | None = None, bad_if: str | None = None) -> Asked:
-    """The question a reader of a run asks: the run document `key` names, else the newest one (what the last
-    `bisect run` or `sweep` asked); `bad_if` asks another predicate over the same range and reference. A run
-    with no document asks --bad-if (default nan-or-inf) over the releases it probed."""
+    """The question a reader of a run asks: the run document `key` names, else the newest one that found its
+    boundary (a later question that found none, a one-release range tried in passing, never takes its place),
+    else the newest; `bad_if` asks another predicate over the same range and reference. A run with no document
+    asks --bad-if (default nan-or-inf) over the releases it probed."""
     from harness.request import predicate as parse_bad_if
 
     known, unreadable = run_questions(store)
     if key is not None:
-        chosen = next(((k, q) for k, q in known if k == key), None)
+        chosen = next(((k, q) for k, q, _ in known if k == key), None)
         if chosen is None:
             raise UsageError(f"--question {key}: no such run document in {store.dir.name} "
-                             f"(its questions: {', '.join(k for k, _ in known) or 'none'})")
+                             f"(its questions: {', '.join(k for k, _, _ in known) or 'none'})")
     elif unreadable:  # the newest question may be the one that cannot be read: none is guessed
         raise UsageError(f"{store.dir.name}: {unreadable[0]}; name the question to answer with --question KEY"
-                         + (f" (readable: {', '.join(k for k, _ in known)})" if known else ""))
+                         + (f" (readable: {', '.join(k for k, _, _ in known)})" if known else ""))
     else:
-        chosen = known[0] if known else None
+        chosen = next(((k, q) for k, q, found in known if found), known[0][:2] if known else None)
     if chosen is None:
         probed = sorted(latest_by_version(own_records(store.records())), key=parse_version) or [None]
         pred = parse_bad_if(bad_if or str(Predicate()))
@@ -186,14 +194,17 @@ def asked_of_run(store: RunStore, key: str | None = None, bad_if: str | None = N
         return Asked(Question(pred, None, "regression", probed[0], probed[-1]), None,
                      f"--bad-if {pred} over the releases probed (the run has no run document)")
     k, question = chosen
-    more = f"; {len(known) - 1} other question(s): --question KEY picks one" if key is None and len(known) > 1 else ""
-    said = f"question {k}{more}"
+    others = tuple(x for x in known if x[0] != k)
+    newer = [o for o, _, _ in known[:[x[0] for x in known].index(k)]]
+    why = f", the newest that found its boundary ({len(newer)} newer found none)" if key is None and newer else ""
+    more = f"; {len(others)} other question(s): --question KEY picks one" if key is None and others else ""
+    said = f"question {k}{why}{more}"
     if bad_if is not None:
         pred = parse_bad_if(bad_if)
         if pred.needs_reference and not question.reference:
             raise UsageError(f"--bad-if {pred}: compares with a reference, and question {k} has none")
-        return Asked(question.asking(pred), None, f"--bad-if {pred} over the range of {said}")
-    return Asked(question, k, said)
+        return Asked(question.asking(pred), None, f"--bad-if {pred} over the range of {said}", others)
+    return Asked(question, k, said, others)
 
 
 def asked_with_records(store: RunStore, key: str | None, bad_if: str | None, what: str) -> tuple[Asked, dict[str, dict]]:
@@ -206,9 +217,9 @@ def asked_with_records(store: RunStore, key: str | None, bad_if: str | None, wha
     return asked, records
 
 
-def judged_for(store: RunStore, question: Question) -> dict[str, dict]:
-    """The run's records judged as `question` asks: its predicate, against its reference."""
-    return judged_records(store, question.predicate, restored(question.reference, store))
+def judged_for(store: RunStore, question: Question, uncompared: bool = False) -> dict[str, dict]:
+    """The run's records judged as `question` asks: its predicate, against its reference (`judged_records`)."""
+    return judged_records(store, question.predicate, restored(question.reference, store), uncompared)
 
 
 def question_boundary(records: dict[str, dict], listing: list, question: Question) -> Boundary:

@@ -62,6 +62,12 @@ class Question:
                    q.get("mode") or doc.get("mode") or "regression", first, last)
 
 
+def has_boundary(doc: dict) -> bool:
+    """Whether a run document found the boundary its question asks for: a reader answers the newest question
+    that did (harness.session.asked_of_run), and a later one that found none never takes its place."""
+    return doc.get("status") == "found"
+
+
 def build_of(record: dict | None) -> dict:
     """The commit and branch onnxruntime was built from, as `get_build_info()` reported them in the probe."""
     from harness.releases.packages import parse_build_info

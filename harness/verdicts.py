@@ -229,6 +229,16 @@ def judge(record: dict, predicate: Predicate, reference: dict[str, np.ndarray] |
             "metrics": m, "rows": s["rows"], "nan_rows": s["nan_rows"], "inf_rows": s["inf_rows"]}
 
 
+def not_compared(judged: dict, predicate: Predicate) -> bool:
+    """Whether a judged record is one its question never compared: the predicate compares with a reference, the
+    probe ran, and no comparison with that reference was made or tried for it (a probe of another question), so
+    that no condition held. Such a release is blank to every reader (no verdict): neither good nor an error."""
+    if not predicate.needs_reference or judged.get("status") != "ran" or judged.get("verdict") == "bad":
+        return False
+    m = judged.get("metrics") or {}
+    return not any(k in m for k in ("reference", "comparison_error", "cosine_min"))
+
+
 def metrics_of(record: dict) -> dict:
     """The record's metrics, with its timed rounds summed up (`timing`: ratio, interval, runs) where it has them:
     derived every time from the latencies kept, never stored."""

@@ -119,9 +119,10 @@ def test_a_predicate_that_needs_a_reference_labels_verdicts_not_statuses():
     rows = drift.rows([headroom_record("1.19.0", 0.5), record("1.20.0", status="timeout"),
                        compared("1.21.0", near(1e-6)), compared("1.22.0", near(3e-2))],
                       parse_predicate("rel-diff>1e-3"))
-    assert [(r.verdict, r.status) for r in rows] == [("error", "ran"), ("timeout", "timeout"), ("good", "ran"),
+    # probed before the reference existed: never compared, so no verdict at all (neither good nor an error)
+    assert [(r.verdict, r.status) for r in rows] == [("", "ran"), ("timeout", "timeout"), ("good", "ran"),
                                                      ("bad", "ran")]
-    assert rows[0].why == "no comparison with the reference"  # probed before the reference existed
+    assert rows[0].why == "not compared with the reference"
 
 
 def test_a_number_that_was_never_measured_is_not_a_step():
@@ -133,7 +134,7 @@ def test_a_number_that_was_never_measured_is_not_a_step():
     other = compared("1.21.0", near(3e-2))
     other["metrics"]["reference"] = "another"
     made = drift.rows([compared("1.20.0", REFERENCE.copy()), other], parse_predicate("cosine<0.999"), "fp32")
-    assert made[1].cosine_min is None and made[1].verdict == "error"
+    assert made[1].cosine_min is None and made[1].verdict == ""  # never compared with the run's: blank
     assert not [s for s in drift.steps(made) if s.metric == "cosine_min"]
 
 

@@ -217,7 +217,8 @@ triage_options = compose(
 question_options = compose(
     click.option("--question", "question", metavar="KEY", default=None,
                  help="Which of the run's questions (its run documents, cells/KEY.json) to answer. Default: the "
-                      "newest, the last `bisect run` or `sweep` of the run."),
+                      "newest that found its boundary (else the newest): a later `bisect run` or `sweep` that found "
+                      "none does not take its place."),
     click.option("--bad-if", "bad_if", multiple=True, metavar="WHEN",
                  help="Ask another predicate over the question's range (and its reference, if the predicate "
                       "compares with one). Default: the question's own."),

@@ -55,7 +55,7 @@ def command(run, results_dir, question, bad_if, threshold, chart, as_json):
         err.print(f"answering {escape(asked.said)}")
     # the records judged as the question asks, against its reference (never another's numbers)
     ref_id = (asked.question.reference or {}).get("id")
-    rows = drift.rows(list(judged_for(store, asked.question).values()), predicate, ref_id)
+    rows = drift.rows(list(judged_for(store, asked.question, uncompared=True).values()), predicate, ref_id)
     if not rows:
         raise UsageError(f"{run}: no probes of the run's own search recorded; nothing to follow")
     steps = drift.steps(rows, threshold)

@@ -55,5 +55,5 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_prob
     err.print(f"answering {escape(doc['question']['said'])}")
     saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
-    err.print(f"repro script: {run_dir / doc['repro']['file']}; report: {saved}")
+    err.print(f"repro script: {saved.parent / doc['repro']['file']}; report: {saved}")
     return 0

@@ -305,7 +305,7 @@ def _question_words(r: Row) -> str:
     """" · bad if cosine<0.999 vs fp32": the row's question, where it is not the default one."""
     words = "" if r.predicate == "nan-or-inf" else f" · bad if {r.predicate}"
     ref = reference_words(r.reference)
-    return words + (f" vs {ref}" if ref else "")
+    return words + (f" vs {ref}" if ref else "") + (f" · {r.span}" if r.span else "")
 
 
 def _skipped_html(r: Row) -> str:
@@ -502,8 +502,9 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
             text = expl if isinstance(expl, str) else json.dumps(expl, indent=1, default=str)
             out.append(f'<div class="explanation" data-run="{e(r.run_id)}"><b>{e(r.target)}: '
                        f"{e(r.last_good)} → {e(r.first_bad)}</b>\n{e(text)}</div>")
-        if r.summary and r.summary.get("message"):
-            out.append(f'<p class="note">{e(r.target)}: {e(r.summary["message"])}</p>')
+        if r.summary and r.summary.get("message"):  # each question's own words, named as its row is
+            out.append(f'<p class="note" data-key="{e(r.key)}">{e(r.target)}{e(_question_words(r))}: '
+                       f'{e(r.summary["message"])}</p>')
     chart = headroom_chart(model, rows, f"h{n}")
     if chart:
         out.append(f'<div class="chart headroom">{chart}</div>')

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from harness.metrics import cosine_text, intervals_apart
 from harness.releases.versions import parse_version
 from harness.results.history import latest_by_version
-from harness.verdicts import Predicate, judge, metrics_of
+from harness.verdicts import Predicate, judge, metrics_of, not_compared
 
 DEFAULT_THRESHOLD = 0.01
 ABS_FLOOR = 1e-5  # of 1 - cosine and of a relative difference: below it a change is noise
@@ -129,6 +129,8 @@ def rows(records: list[dict], predicate: Predicate, reference_id: str | None = N
             rec = {**rec, "metrics": m}
         j = judge(rec, predicate)  # a verdict, never a status: "ran" is no verdict
         verdict, why = j["verdict"], str(j["why"])
+        if not_compared(j, predicate):  # another question's probe: blank, neither good nor an error
+            verdict, why = "", "not compared with the reference"
         digests = _digests(rec) if status == "ran" else ()
         changed = None
         if digests and previous:
@@ -235,11 +237,14 @@ def steps(made: list[Row], threshold: float = DEFAULT_THRESHOLD) -> list[Step]:
     last_ran: Row | None = None
     last_margin: Row | None = None  # a probe made with --no-margin (or before margins) is passed over
     last_timed: Row | None = None  # a probe not timed against a baseline is passed over
-    for i, row in enumerate(made):
-        if i and made[i - 1].verdict != row.verdict:
-            a = made[i - 1]
+    last_judged: Row | None = None  # a release the question never compared (no verdict) is passed over
+    for row in made:
+        if last_judged is not None and row.verdict and last_judged.verdict != row.verdict:
+            a = last_judged
             found.append(Step("verdict", a.version, row.version, a.verdict, row.verdict, None,
                               f"verdict {a.verdict} -> {row.verdict} between {a.version} and {row.version}"))
+        if row.verdict:
+            last_judged = row
         if not row.ran:
             continue
         if last_ran is not None:

@@ -52,6 +52,7 @@ from harness.results.store import (
     read_manifest,
 )
 from harness.runners import PROVENANCE_KEYS
+from harness.summary import has_boundary
 
 DEFAULT_PREDICATE = "nan-or-inf"
 TARGET_EXTRA = ("package", "ep", "providers")  # what a record's provenance may name beyond the run key
@@ -87,10 +88,14 @@ class Row:
     judged: list[tuple[str, str, str]] = field(default_factory=list)  # (version, finished, verdict) of every record
     report: str | None = None  # file name of the run's upstream report, when `bisect report` wrote one
     reference: dict | None = None  # what the predicate compares with (kind, id, label), when it compares
+    # "regression 1.20.0..1.20.0": the question's mode and range, where the run asks its predicate (and
+    # reference) over more than one range or mode: each question is its own row, keyed by it too
+    span: str | None = None
 
     @property
     def key(self) -> str:
-        return f"{self.run_id}/{self.predicate}" + (f"/vs-{self.reference.get('id')}" if self.reference else "")
+        return (f"{self.run_id}/{self.predicate}" + (f"/vs-{self.reference.get('id')}" if self.reference else "")
+                + (f"/{self.span.replace(' ', '-')}" if self.span else ""))
 
     @property
     def skipped(self) -> str | None:
@@ -114,14 +119,42 @@ def reference_words(ref: dict | None) -> str | None:
 
 
 def question_of(doc: dict) -> tuple[str, str | None]:
-    """(predicate, reference id) of a run document: the rows of a run are its distinct questions; a reference
-    counts only where the predicate compares with one (else its records are judged alike)."""
+    """(predicate, reference id) of a run document; a reference counts only where the predicate compares with
+    one (else its records are judged alike)."""
     from harness.verdicts import parse_predicate
 
     predicate = doc.get("predicate") or DEFAULT_PREDICATE
     ref = doc.get("reference") if isinstance(doc.get("reference"), dict) else None
     compares = ref is not None and parse_predicate(predicate).needs_reference
     return predicate, (str(ref.get("id")) if compares else None)
+
+
+def span_of(doc: dict) -> tuple[str, str | None, str | None]:
+    """(mode, first, last) of a run document's question: with `question_of`, what makes it a row of its own."""
+    from harness.summary import Question
+
+    try:
+        q = Question.of_document(doc)
+    except ValueError:  # a predicate that does not parse: the row says so through its verdicts
+        return str(doc.get("mode") or "regression"), None, None
+    if not isinstance(doc.get("question"), dict):  # a document from before questions were kept: its releases
+        known = sorted((v for v in doc.get("releases") or [] if isinstance(v, str)), key=vkey)
+        return q.mode, (known[0] if known else None), (known[-1] if known else None)
+    return q.mode, q.first, q.last
+
+
+def in_span(version: str, first: str | None, last: str | None) -> bool:
+    """Whether a release lies in a question's range (no range known: every release does)."""
+    if not (isinstance(first, str) and isinstance(last, str)):
+        return True
+    return vkey(first) <= vkey(version) <= vkey(last)
+
+
+def answered(docs: list[dict]) -> dict | None:
+    """The run document a reader of the run answers by default (harness.session.asked_of_run): the newest with
+    a boundary, else the newest."""
+    newest = sorted(docs, key=lambda d: d.get("generated") or "", reverse=True)
+    return next((d for d in newest if has_boundary(d)), newest[0] if newest else None)
 
 
 def target_of(key: dict, records: list[dict]) -> dict:
@@ -206,20 +239,34 @@ def trace_headroom(run_dir: Path) -> dict[str, float]:
     return out
 
 
-def _judge(records: list[dict], predicate: str, summary: dict | None):
-    from harness.verdicts import judge, parse_predicate
+def _judge(records: list[dict], predicate: str, docs: list[dict], store: RunStore):
+    """(record, verdict, why, judged) of each record under the question: against its reference
+    (reference.judged, compared again from the saved outputs where the probe was not). A release the question
+    could not be compared here takes the verdict its run documents give it, where one does; one never compared
+    (verdicts.not_compared) and in none is left out: blank on the page, never an error."""
+    from harness.reference import judged as judged_against
+    from harness.reference import restored
+    from harness.verdicts import judge, not_compared, parse_predicate
 
     pred = parse_predicate(predicate)
-    by_summary = {p["version"]: p for p in (summary or {}).get("probes", [])}
-    judged = []
+    ref = restored(next((d.get("reference") for d in docs if isinstance(d.get("reference"), dict)), None), store) \
+        if pred.needs_reference else None
+    by_summary: dict[str, dict] = {}
+    for doc in sorted(docs, key=lambda d: d.get("generated") or ""):  # the newest document's verdict last
+        by_summary.update({p["version"]: p for p in doc.get("probes") or [] if isinstance(p, dict)})
+    out = []
     for rec in records:
-        j = judge(rec, pred)
+        j = judged_against(rec, pred, ref, store) if ref is not None else judge(rec, pred)
         verdict, why = j["verdict"], j["why"]
-        if pred.needs_reference:  # the reference outputs are not here: trust the run's own summary
-            p = by_summary.get(rec["version"])
-            verdict, why = (p["verdict"], p.get("why")) if p else ("error", "no summary for a rel-diff run")
-        judged.append((rec, verdict, why, j))
-    return judged
+        unmeasured = pred.needs_reference and rec.get("status") == "ran" and verdict != "bad" and \
+            (ref is None or (j.get("metrics") or {}).get("reference") != ref.id)
+        said = by_summary.get(rec["version"]) if unmeasured else None
+        if said is not None and said.get("verdict") is not None:  # compared where the outputs were
+            verdict, why = said["verdict"], said.get("why")
+        elif not_compared(j, pred):
+            continue
+        out.append((rec, verdict, why, j))
+    return out
 
 
 def _number(x) -> float | None:
@@ -344,17 +391,29 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
         prov = target_of(key, records)
         options = key.get("session_options") or {}
         docs = _cell_docs(d, warn, left_out)
-        questions = sorted({question_of(doc) for doc in docs}, key=lambda q: (q[0], q[1] or "")) or \
-            [(DEFAULT_PREDICATE, None)]
+        # each question is its own row: its predicate and reference, and its mode and range where the run asks
+        # them over more than one
+        groups: dict[tuple, list[dict]] = defaultdict(list)
+        for doc in docs:
+            groups[(*question_of(doc), *span_of(doc))].append(doc)
+        shared = defaultdict(int)
+        for q in groups:
+            shared[q[:2]] += 1
+        questions = sorted(groups, key=lambda q: (q[0], q[1] or "", q[2], vkey(q[3] or ""), vkey(q[4] or ""))) or \
+            [(DEFAULT_PREDICATE, None, None, None, None)]
         headroom = trace_headroom(d)
         newest = latest_by_version(records)
-        newest_ids = {id(r) for r in newest.values()}
         margins = {v: margins_of(r) for v, r in newest.items()}
-        report = REPORT if (d / REPORT).is_file() else None
-        for predicate, ref_id in questions:
-            mine = [doc for doc in docs if question_of(doc) == (predicate, ref_id)]
+        default = answered(docs)
+        store = RunStore(d)
+        for predicate, ref_id, mode, first, last in questions:
+            mine = groups.get((predicate, ref_id, mode, first, last), [])
             summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
-            judged = _judge(records, predicate, summary)
+            asked = [r for r in records if in_span(r["version"], first, last)]  # the question's releases
+            newest_ids = {id(r) for r in latest_by_version(asked).values()}
+            judged = _judge(asked, predicate, mine, store)
+            report = REPORT if (d / REPORT).is_file() and (default is None or any(x is default for x in mine)) \
+                else None
             cells, first_seen = {}, {}
             counts = defaultdict(int)
             for rec, verdict, why, s in judged:
@@ -375,6 +434,7 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
                                      key=lambda h: (h["first_seen"], vkey(h["version"]))),
                       summary=summary, headroom=headroom, margins=margins, report=report,
                       reference=(summary or {}).get("reference") if ref_id else None,
+                      span=f"{mode} {first}..{last}" if shared[(predicate, ref_id)] > 1 else None,
                       judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
             row.first_bad, row.last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
             s = row.summary or {}

@@ -142,10 +142,11 @@ REPORT_LIMIT = 60_000  # characters of the Markdown: GitHub refuses an issue bod
 
 
 def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, reference: dict | None,
-                embed_limit: int, where: str, reference_label: str = "the reference") -> dict:
+                embed_limit: int, where: str, reference_label: str = "the reference",
+                into: RunStore | None = None) -> dict:
     """repro.py of the run's question (`predicate`, and `reference`: the values it compares with, by output, named
     `reference_label` in the script's words), and beside it the attachment (REPRO_BATCH) of what would make the
-    script too long for a report."""
+    script too long for a report; written in the run, or in `into` (the folder of a question of its own)."""
     notes = []
     if predicate.needs_reference and reference is None:
         notes.append("the reference's values are not on the machine that made this report: the script judges "
@@ -192,11 +193,12 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
         else:
             continue
         script, data, info = make(attached)
-    store.save_file(SCRIPT, script)
+    out = into or store
+    out.save_file(SCRIPT, script)
     if data is not None:
-        store.save_file(REPRO_BATCH, data)
+        out.save_file(REPRO_BATCH, data)
     else:
-        store.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
+        out.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
     return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
             "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
             "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,

@@ -34,6 +34,7 @@ from harness.results.store import (
     RunStore,
 )
 from harness.summary import Pair, build_of, compare_url, end_names
+from harness.verdicts import not_compared
 
 SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": "all-zero outputs",
             "max-abs": "outputs past a bound", "headroom": "outputs near the fp16 ceiling",
@@ -67,12 +68,23 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     manifest = store.manifest()
     asked = asked_of_run(store, question, bad_if)
     q = asked.question
+    # report.md and repro.py beside the run are those of the question the run answers by default; another
+    # question's go in a folder of its own, so that asking it never overwrites them
+    default = asked if question is None and bad_if is None else asked_of_run(store)
+    files = None if bad_if is None and asked.key == default.key else store.question_files(asked.key or q.key)
     predicate = q.predicate
-    recs = judged_for(store, q)
-    if not recs:
+
+    def judged_now() -> tuple[dict, dict]:
+        """(every release's record, those the question judged): a release it never compared has no verdict
+        here (verdicts.not_compared), and no line in the table."""
+        every = judged_for(store, q, uncompared=True)
+        return every, {v: r for v, r in every.items() if not not_compared(r, predicate)}
+
+    everything, recs = judged_now()
+    if not everything:
         raise ValueError(f"{run_dir}: no probes recorded")
     key = manifest["key"]
-    probed = sorted(recs, key=parse_version)
+    probed = sorted(everything, key=parse_version)
     spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1], q if probe else None)
     from harness.releases.versions import Target
 
@@ -90,11 +102,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         return plan
 
     # newest release: still present?
-    if probe and newest not in recs:
+    if probe and newest not in everything:
         log(f"probing the newest release, {newest}")
         probe_releases(get_plan(newest), [newest])
-        recs = judged_for(store, q)
-    probed = sorted(recs, key=parse_version)
+        everything, recs = judged_now()
+    probed = sorted(everything, key=parse_version)
     found = question_boundary(recs, all_releases, q)
     pair, untested = found.pair, found.untested  # a fix's bad side is its older release
 
@@ -133,11 +145,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     mitigation = store.document(MITIGATION)
 
     bad = pair.bad if pair else None  # where the problem shows: the repro's platform and reference values
-    env = environment(recs, key, bad or probed[-1], SCRIPT)
+    env = environment(everything, key, bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, bad, q) if bad else []
     where = where_it_reproduces(env, elsewhere, bad)
     repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, bad), embed_limit,
-                        where, (q.reference or {}).get("label") or "the reference")
+                        where, (q.reference or {}).get("label") or "the reference", into=files)
     commits = {v: build_of(recs.get(v))["commit"] for v in ((pair.older, pair.newer) if pair else ())}
     doc = {
         "run_id": run_dir.name,
@@ -145,7 +157,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "batch": {"digest": manifest["batch"]["digest"]},
         "outputs": key.get("outputs"),
         "session_options": key.get("session_options") or {},
-        "question": {**q.document(), "key": asked.key, "said": asked.said},
+        "question": {**q.document(), "key": asked.key, "said": asked.said, "bad_means": q.words(),
+                     "others": [{**o.document(), "key": k, "bad_means": o.words(), "found": found}
+                                for k, o, found in asked.others]},
+        # where report.md and repro.py are, in the run: "" beside it, or questions/<key>/
+        "files": str(files.dir.relative_to(run_dir)) if files else "",
         "predicate": str(predicate),
         "bad_means": q.words(),
         "symptom": " or ".join(dict.fromkeys(SYMPTOMS[c.kind] for c in predicate.conditions)),
@@ -153,7 +169,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "probes": [{"version": v, "verdict": recs[v]["verdict"], "why": recs[v]["why"],
                     "nan_rows": recs[v].get("nan_rows"), "inf_rows": recs[v].get("inf_rows"), "rows": recs[v].get("rows"),
                     **({"timing": recs[v]["metrics"].get("timing")} if timed else {})}
-                   for v in probed],
+                   for v in probed if v in recs],
         "profile": profile,
         "releases_in_range": [r.version for r in found.releases],
         "mode": pair.mode if pair else q.mode,
@@ -284,8 +300,8 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
 
 
 def save(run_dir: Path, doc: dict) -> Path:
-    """The report's Markdown kept next to the run (its repro script is there already)."""
-    return RunStore(Path(run_dir)).save_file(REPORT, markdown(doc))
+    """The report's Markdown kept beside its repro script: next to the run, or in its question's folder."""
+    return RunStore(Path(run_dir) / doc.get("files", "")).save_file(REPORT, markdown(doc))
 
 
 PROFILE_CHART = "profile.svg"
@@ -340,6 +356,10 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     else:
         title = f"{name}: {doc['symptom']} on {on} since {package} {bad} (last good {good})"
     L = [f"## {t(title)}", ""]
+    q = doc["question"]
+    asked = f"question {code(q['key'])}: " if q.get("key") else "a question asked on the command line: "
+    L += [f"This report answers {asked}bad when {t(q.get('bad_means') or doc['bad_means'])} "
+          f"({code('--bad-if ' + q['predicate'])}), {t(q['mode'])} over {t(q['range'][0])}..{t(q['range'][1])}.", ""]
     L += ["### Describe the bug", ""]
     if pair:
         span = doc["releases_in_range"]
@@ -420,7 +440,7 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L += ["### Workaround", "", prose(m["message"]),
               f"Patched model (nodes kept in fp32 with Cast in / Cast out): {code(m['patched_model'])}.", ""]
     r = doc["repro"]
-    version = bad or doc["probes"][-1]["version"]
+    version = bad or (doc["probes"][-1]["version"] if doc["probes"] else doc["newest"]["version"])
     L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
     if r["reduced"]:
         red = r["reduced"]
@@ -476,5 +496,14 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         L.append(f"| {k} | {t(v)} |")
     if env.get("build_info"):
         L.append(f"| Build info ({t(env['seen_in'])}) | {t(env['build_info'])} |")
-    L += ["", f"<sub>Generated by ortbisect (run {t(doc['run_id'])}).</sub>", ""]
+    if q.get("others"):
+        L += ["", "### Other questions of this run", "",
+              f"The same probes, judged under the run's other questions (`bisect report {t(doc['run_id'])} "
+              "--question KEY` answers one):", ""]
+        for o in q["others"]:
+            found = "found its boundary" if o.get("found") else "found no boundary"
+            L.append(f"- {code(o['key'])}: bad when {t(o['bad_means'])}, {t(o['mode'])} over {t(o['range'][0])}.."
+                     f"{t(o['range'][1])}; {found}.")
+    L += ["", f"<sub>Generated by ortbisect (run {t(doc['run_id'])}"
+          + (f", question {t(q['key'])}" if q.get("key") else "") + ").</sub>", ""]
     return "\n".join(L)

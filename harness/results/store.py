@@ -12,6 +12,8 @@
     results/<run-id>/<name>.json     triage documents (options.json, repeat.json, mitigation.json)
     results/<run-id>/<name>/         files a triage step makes (a patched model, the repro script)
     results/<run-id>/repro-batch.zip  what the report's repro.py reads from beside it, when too big to embed
+    results/<run-id>/questions/<key>/  report.md, repro.py (and repro-batch.zip) of a question other than the
+                                     one the run answers by default, so that asking it never overwrites those
     results/<run-id>/drift.svg       how the run's numbers move across releases (`bisect drift`)
     results/<compare-run>/compare.json  `bisect compare --from --to`: pairs release by release (a run of its
                                      own, without probes: each pair's probes are in that pair's run)
@@ -92,6 +94,7 @@ REDUCED = "reduced"  # the reduction's own run: model.onnx, inputs.npz, reduce.j
 PROFILE = "profile.json"  # the slowdown boundary pair under onnxruntime's profiler (harness.explain.profile)
 BLAME = "blame"  # below the release: its probes, each release's optimized graph and session log, blame.json
 COMPARE = "compare"  # compare.json, and the `triage` of its run's key
+QUESTIONS = "questions"  # questions/<key>/: the report files of a question the run does not answer by default
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 # remade from the whole evidence (compare.json from its pairs' runs): merge keeps the newer copy (mtime)
@@ -389,6 +392,14 @@ class RunStore:
     def outputs(self, version: str, series: str | None = None) -> dict | None:
         """The saved outputs of one probe as arrays by name, or None when none were saved."""
         return load_outputs(self.outputs_path(version, series))
+
+    def question_files(self, key: str) -> "RunStore":
+        """Where the report files of the question `key` go when it is not the one the run answers by default:
+        questions/<key>/ (made), a store of its own for save_file. The key may come from evidence read back (a
+        run document's file name): one file name, or refused."""
+        if len(key) > 200 or not RUN_ID_RE.match(key):
+            raise HarnessError(f"{key[:64]!r}: not a question's key (one file name: no /, not . or ..)")
+        return RunStore(self.subdir(f"{QUESTIONS}/{key}"))
 
     def subdir(self, name: str) -> Path:
         """A directory of files one step makes for this run (traces, a patched model...)."""
