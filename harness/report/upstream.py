@@ -13,6 +13,8 @@ not fit is attached beside it, and the report says what to attach.
 The evidence may come from another machine: a file is embedded only when it is
 the run's (harness.report.repro_files), every value reaches the script as data
 and the Markdown as escaped text (harness.report.escape).
+
+This module holds one concept: the report, from its evidence to its Markdown.
 """
 
 from __future__ import annotations
