@@ -207,6 +207,15 @@ def reduction_summary(doc: dict) -> str:
              + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
     if doc["nodes"]["kept"]:
         lines.append("kept nodes: " + plain(", ".join(map(str, doc["nodes"]["kept"]))))
+    if doc.get("rows", {}).get("axes"):
+        lines.append("rows cut along " + plain(", ".join(f"{k} axis {a}" for k, a in doc["rows"]["axes"].items()
+                                                          if a is not None)))
+    if doc.get("reduced") is False:  # nothing dropped: the full model and batch, said so rather than "verified"
+        why = "; ".join(f"{k}: {w}" for k, w in (doc.get("not_reduced") or {}).items())
+        lines.append(f"nothing reduced: {plain(why or 'no row and no node could be dropped')}")
+        lines.append(f"the full model and batch: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; "
+                     f"{doc['probes']['made']} probes ({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
+        return "\n".join(lines)
     lines.append(f"verified: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; {doc['probes']['made']} probes "
                  f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
     return "\n".join(lines)
