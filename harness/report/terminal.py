@@ -405,8 +405,8 @@ def diff_table(result: DiffResult) -> Group:
     lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
              f"({result.b_nan_rows} NaN rows of {result.rows})"]
     for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
-                     ("first output beyond tolerance", result.first_divergent),
-                     ("first output not bit-identical", result.first_bits_differ)):
+                     (f"first output beyond the run's tolerance ({result.tolerance})", result.first_divergent),
+                     ("first output not bit-identical (the first node that differs)", result.first_bits_differ)):
         if d:
             lines.append(f"{label}: {d['node']} ({d['tensor']})")
     lines.append("")

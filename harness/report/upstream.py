@@ -100,6 +100,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
 
     # explanation
     expl = store.document(EXPLANATION)
+    # an explanation made under another question (another predicate or reference) does not explain this one
+    compares = predicate.needs_reference and q.reference
+    if expl is not None and expl.get("judged_by") != {"predicate": str(predicate),
+                                                      "reference": q.reference["id"] if compares else None}:
+        expl = None
     timed = bool(predicate.timed)
     if expl is None and probe and last_good and first_bad and not timed:  # a slowdown's why is its profile
         expl = explanation(get_plan(probed[-1]), last_good, first_bad, log=log)
