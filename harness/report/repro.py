@@ -50,8 +50,8 @@ from harness.vocabulary import GRAPH_LEVELS
 SCRIPT = REPRO  # results/<run>/repro.py
 
 # What the script may hold, each the bytes of one file: a model, or an .npz of arrays by name.
-PARTS = ("reduced_model", "reduced_inputs", "full_model", "full_inputs", "full_reference")
-ARRAY_PARTS = ("reduced_inputs", "full_inputs", "full_reference")
+PARTS = ("reduced_model", "reduced_inputs", "reduced_reference", "full_model", "full_inputs", "full_reference")
+ARRAY_PARTS = ("reduced_inputs", "reduced_reference", "full_inputs", "full_reference")
 
 # The harness functions the script measures with, under the names it calls them by: copied, not rewritten,
 # so the repro's numbers are the run's (worker.rows_summary and verdicts.rows_summary share a name).
@@ -79,6 +79,8 @@ def parts(reduced: dict | None, full: dict) -> dict[str, bytes]:
     """The files the script needs, by part name (PARTS): those the run has."""
     found = {"reduced_model": reduced["model"] if reduced else None,
              "reduced_inputs": npz_bytes(reduced["inputs"]) if reduced else None,
+             "reduced_reference": npz_bytes(reduced["reference"]) if reduced and reduced.get("reference") is not None
+             else None,
              "full_model": full.get("model"),
              "full_inputs": npz_bytes(full["inputs"]) if full.get("inputs") is not None else None,
              "full_reference": npz_bytes(full["reference"]) if full.get("reference") is not None else None}
@@ -223,7 +225,9 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     """The script's text.
 
     predicate: a harness.verdicts.Predicate (or its text), the run's question
-    reduced: {"model": bytes, "inputs": arrays, "outputs": [...], "nodes": n, "of": N, "rows": r} or None
+    reduced: {"model": bytes | None (None: every node kept, the full model on the rows kept), "inputs": arrays,
+           "reference": arrays | None (the values the reduction's first bad release was compared with),
+           "outputs": [...], "nodes": n, "of": N, "rows": r} or None
     full: {"model": bytes | None (embedded) , "sha256": str | None (not known), "file": name, "hub": {repo_id,
            revision, files: [model, *data]} | None, "inputs": arrays | None (not embedded), "outputs": [...],
            "reference": arrays | None (the reference's values of those outputs), "notes": [why a file is not
@@ -239,9 +243,11 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     blobs = {k: None if k in left_out else base64.b64encode(v).decode() for k, v in parts(reduced, full).items()}
     usage = []
     if reduced:
-        how = "attached" if left_out & {"reduced_model", "reduced_inputs"} else "embedded"
+        how = "attached" if left_out & {"reduced_model", "reduced_inputs", "reduced_reference"} else "embedded"
         usage.append(f"python {SCRIPT}            # the reduced model: {reduced['nodes']} of {reduced['of']} nodes, "
-                     f"{reduced['rows']} row(s), {how}")
+                     f"{reduced['rows']} row(s), {how}" + (" (the full model's file: give it as for --full)"
+                                                           if reduced["model"] is None and not full.get("model")
+                                                           and not full.get("hub") else ""))
     if full.get("model"):
         usage.append(f"python {SCRIPT} --full     # the full model ({full['file']}), embedded")
     elif full.get("hub"):
@@ -268,6 +274,8 @@ import onnxruntime as ort
 REDUCED_MODEL_B64 = {wrap(blobs.get("reduced_model"))}
 REDUCED_INPUTS_NPZ_B64 = {wrap(blobs.get("reduced_inputs"))}
 REDUCED_OUTPUTS = {lit(list(reduced["outputs"] or []) if reduced else [])}
+REDUCED_REFERENCE_NPZ_B64 = {wrap(blobs.get("reduced_reference"))}
+REDUCED_MODEL_IS_FULL = {lit(bool(reduced) and reduced["model"] is None)}  # every node kept: the rows alone reduced
 FULL_MODEL_B64 = {wrap(blobs.get("full_model"))}
 FULL_MODEL_FILE = {lit(full["file"])}
 FULL_MODEL_SHA256 = {lit(full.get("sha256"))}  # None: not known (the model was not read)
@@ -400,10 +408,11 @@ def main(argv):
         return timed_verdict(argv)
     if any(kind == "crash" for kind, *_ in CONDITIONS) and not os.environ.get("REPRO_CHILD"):
         return crashed(argv)
-    full = "--full" in argv or (REDUCED_MODEL_B64 is None and not (ATTACHED and "reduced_model" in ATTACHED["parts"]))
+    reduced = REDUCED_INPUTS_NPZ_B64 is not None or bool(ATTACHED and "reduced_inputs" in ATTACHED["parts"])
+    full = "--full" in argv or not reduced
     args = [a for a in argv[1:] if a != "--full"]
     reference = None
-    if full:
+    if full or REDUCED_MODEL_IS_FULL:
         if args:
             model = args[0]
         elif FULL_MODEL_B64:
@@ -411,12 +420,14 @@ def main(argv):
         elif FULL_MODEL_HUB:
             model = fetch_full_model()
         else:
-            print("give the model: python %s --full %s" % (sys.argv[0], FULL_MODEL_FILE), file=sys.stderr)
+            print("give the model: python %s %s%s" % (sys.argv[0], "--full " if full else "", FULL_MODEL_FILE),
+                  file=sys.stderr)
             return 2  # a usage error, not a verdict: 1 means bad
         if isinstance(model, str) and FULL_MODEL_SHA256:
             with open(model, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != FULL_MODEL_SHA256:
                     print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
+    if full:
         feeds = part("full_inputs", FULL_INPUTS_NPZ_B64)
         if feeds is None:
             print("the batch is not in this script: %s" % "; ".join(NOT_EMBEDDED), file=sys.stderr)
@@ -424,8 +435,10 @@ def main(argv):
         reference = arrays(part("full_reference", FULL_REFERENCE_NPZ_B64))
         outputs, what = FULL_OUTPUTS, "full model"
     else:
-        model = part("reduced_model", REDUCED_MODEL_B64)
+        if not REDUCED_MODEL_IS_FULL:
+            model = part("reduced_model", REDUCED_MODEL_B64)
         feeds, outputs, what = part("reduced_inputs", REDUCED_INPUTS_NPZ_B64), REDUCED_OUTPUTS, "reduced model"
+        reference = arrays(part("reduced_reference", REDUCED_REFERENCE_NPZ_B64))
     feeds = arrays(feeds)
     try:
         sess = session(model)

@@ -407,9 +407,12 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
     if r["reduced"]:
         red = r["reduced"]
-        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {t(red['nodes'])} of the model's {t(red['of'])} "
-                 f"nodes (original node names kept) on {t(red['rows'])} row(s), checked good on {t(red['pair'][0])} "
-                 f"and bad on {t(red['pair'][1])} on the platform above. Only onnxruntime and numpy are needed:")
+        kept = (f"the full model's {t(red['of'])} nodes" if red.get("model_is_full") else
+                f"{t(red['nodes'])} of the model's {t(red['of'])} nodes (original node names kept)")
+        judged = " and the values its first bad release was compared with," if r.get("reduced_reference") else ""
+        L.append(f"`{SCRIPT}` holds a reduced repro made by ortbisect: {kept} on {t(red['rows'])} row(s),{judged} "
+                 f"checked good on {t(red['pair'][0])} and bad on {t(red['pair'][1])} on the platform above. Only "
+                 "onnxruntime and numpy are needed:")
     else:
         L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
     if r.get("attached"):
@@ -418,13 +421,21 @@ def _markdown(doc: dict, paste_script: bool) -> str:
               f"it holds {t(', '.join(p.replace('_', ' ') for p in a['parts']))}, too big to paste here."]
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
+    if r.get("files"):
+        L += ["", "| file | bytes | sha256 | where |", "|---|---|---|---|"]
+        for f in r["files"]:
+            size = f"{f['bytes']:,}" if isinstance(f.get("bytes"), int) else "?"
+            L.append(f"| {code(f['file'])} | {size} | {code(f['sha256']) if f.get('sha256') else '?'} | "
+                     f"{t(f.get('where') or '?')} |")
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
     full = ("python repro.py --full          # the full model, embedded" if r["model_embedded"] else
             "python repro.py --full          # the full model, fetched from the hub by revision (pip install huggingface_hub)"
             if r["hub"] else f"python repro.py --full {r['model_file']}   # the full model ({sha})")
     commands = [f"pip install {env.get('requirement') or f'onnxruntime=={version}'} numpy"]
     if r["reduced"]:
-        commands.append("python repro.py                 # the reduced model")
+        by_path = r["reduced"].get("model_is_full") and not r["model_embedded"] and not r["hub"]
+        commands.append(f"python repro.py {r['model_file']}   # the reduced batch on the full model" if by_path
+                        else "python repro.py                 # the reduced model")
     if timed and lg:  # a slowdown is a comparison: the script times both releases in turn
         commands = [*commands[:1], f"python -m venv good && good/bin/pip install onnxruntime=={lg} numpy"]
         full = full.replace("python repro.py --full", "python repro.py --baseline good/bin/python --full", 1)
