@@ -200,6 +200,32 @@ def test_the_reduced_repro_of_a_reference_question_carries_its_reference_and_say
         assert out.stdout.startswith(f"onnxruntime {version}, reduced model: {verdict} (worst row's cosine"), out.stdout
 
 
+@pytest.mark.release
+def test_a_rows_only_reduction_against_a_reference_file_runs_the_full_model_on_its_rows(bisect, tmp_path, fresh_python):
+    """A reference file's question reduces rows only (its values are of the model's outputs): the rows are cut
+    along each input's and output's batch axis (a state [2, N, W] on axis 1), and `python repro.py` runs the
+    full model, embedded, on the row kept against the file's values of that row."""
+    d = tmp_path / "made"
+    d.mkdir()
+    model = builders.save(builders.recurrent_state_model(), d / "recurrent.onnx")
+    np.savez(d / "batch.npz", **builders.recurrent_state_inputs(6, big=(4,)))
+    ref = _outputs_on(fresh_python("1.19.2"), model, d / "batch.npz", d / "ref.npz")
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--reference", str(ref), "--bad-if", "rel-diff>0.01", "--reduce", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    run_id, red = r.json()["run_id"], r.json()["reduced"]
+    assert red["rows"]["kept"] == [4] and red["model"]["file"] is None and red["reduced"], red
+    with np.load(results / run_id / "reduced" / "reference.npz") as kept:
+        assert kept["stateN"].shape == (2, 1, 8) and kept["output"].shape == (1, 8)
+    doc = _report(bisect, run_id, results)
+    assert doc["repro"]["reduced"]["model_is_full"] and doc["repro"]["reduced_reference"], doc["repro"]["notes"]
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        out = builders.run_script(fresh_python(version), results / run_id / REPRO)
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}, reduced model: {verdict}"), out.stdout
+
+
 # -- a report fits in an issue -----------------------------------------------------------------------------
 
 
