@@ -11,6 +11,7 @@ from harness.verdicts import Predicate, parse_predicate
 
 EXIT_FOUND = 0
 EXIT_NO_BOUNDARY = 3
+EXIT_NOTHING_REDUCED = 4  # `bisect reduce`: the pair flips, and nothing of it could be dropped
 UPSTREAM = "https://github.com/microsoft/onnxruntime"
 
 

@@ -501,3 +501,49 @@ def identity_transpose_gemm_model(n: int = 8) -> tuple[onnx.ModelProto, dict[str
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     return model, {"x": x}, {"y": x @ w}
+
+
+def recurrent_state_model(width: int = 8) -> onnx.ModelProto:
+    """silero-vad's shape of inputs: `input` [batch, W], `state` [2, batch, W] (the batch on axis 1) and `sr` a
+    scalar, with an If on `sr` whose branches read the outer graph's `s`; outputs `output` [batch, W] and
+    `stateN` [2, batch, W]. fp16 throughout: s = input + state[0], t = If(sr > 8000: s + s, else s),
+    output = SimplifiedLayerNormalization(t + input). A row of 25000 sums to 75000 before the norm: finite while
+    the chain is an fp32 island (x86_64 up to 1.19.2), NaN once the norm has an fp16 kernel (1.20.0)."""
+    fp16 = TensorProto.FLOAT16
+    mk = helper.make_node
+    then = helper.make_graph([mk("Add", ["s", "s"], ["t_then"], name="/rnn/If/then/Add")], "then", [],
+                             [helper.make_tensor_value_info("t_then", fp16, ["batch", width])])
+    other = helper.make_graph([mk("Identity", ["s"], ["t_else"], name="/rnn/If/else/Identity")], "else", [],
+                              [helper.make_tensor_value_info("t_else", fp16, ["batch", width])])
+    nodes = [
+        mk("Gather", ["state", "zero"], ["h"], name="/rnn/Gather", axis=0),
+        mk("Add", ["input", "h"], ["s"], name="/rnn/Add"),
+        mk("Greater", ["sr", "eight_k"], ["wide"], name="/rnn/Greater"),
+        mk("If", ["wide"], ["t"], name="/rnn/If", then_branch=then, else_branch=other),
+        mk("Add", ["t", "input"], ["a"], name="/rnn/residual/Add"),
+        mk("SimplifiedLayerNormalization", ["a", "w"], ["output"], name="/rnn/norm/SimplifiedLayerNormalization",
+           axis=-1, epsilon=1e-6),
+        mk("Unsqueeze", ["output", "axis0"], ["o1"], name="/rnn/Unsqueeze_0"),
+        mk("Unsqueeze", ["s", "axis0"], ["s1"], name="/rnn/Unsqueeze_1"),
+        mk("Concat", ["o1", "s1"], ["stateN"], name="/rnn/Concat", axis=0),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"),
+             numpy_helper.from_array(np.array(8000, np.int64), "eight_k"),
+             numpy_helper.from_array(np.array([0], np.int64), "axis0"),
+             numpy_helper.from_array(np.ones(width, np.float16), "w")]
+    graph = helper.make_graph(
+        nodes, "recurrent_state",
+        [helper.make_tensor_value_info("input", fp16, ["batch", width]),
+         helper.make_tensor_value_info("state", fp16, [2, "batch", width]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("output", fp16, ["batch", width]),
+         helper.make_tensor_value_info("stateN", fp16, [2, "batch", width])], inits)
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def recurrent_state_inputs(rows: int = 8, width: int = 8, big: tuple[int, ...] = (5,)) -> dict[str, np.ndarray]:
+    """`rows` rows of ones, those of `big` 25000 (they overflow fp16 before the norm); the state's batch is its
+    axis 1; sr 16000 (the If's s + s branch)."""
+    x = np.ones((rows, width), np.float16)
+    x[list(big)] = 25000
+    return {"input": x, "state": np.full((2, rows, width), 0.5, np.float16), "sr": np.array(16000, np.int64)}

@@ -33,3 +33,31 @@ def test_trace_and_diff_commands(bisect, residual_norm, tmp_path):
     assert r.returncode == 0, r.stderr
     assert "SimplifiedLayerNormalization" in r.stdout
     assert "1.20.0" in r.stdout
+
+
+@pytest.mark.parametrize("asked", [("--reference-release", "1.19.2", "--bad-if", "cosine<0.999"),
+                                   ("--reference", "fp32", "--bad-if", "cosine<0.999")], ids=["release", "fp32"])
+def test_the_explanation_of_a_reference_question_judges_its_traces_as_the_run_did(asked, bisect, tmp_path):
+    """norm_rounding is finite on both releases: only a reference tells 1.20.0 bad. The trace of each release
+    is compared with the run's reference, so "What changed" gives the run's verdicts, not *error* twice."""
+    import numpy as np
+
+    import builders
+
+    model = builders.save(builders.norm_rounding_model(), tmp_path / "norm_rounding.onnx")
+    np.savez(tmp_path / "batch.npz", **builders.norm_rounding_inputs())
+    results = tmp_path / "res"
+    r = bisect("run", "--model", str(model), "--inputs", str(tmp_path / "batch.npz"), "--from", "1.19.2", "--to",
+               "1.20.0", *asked, "--explain", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
+    text = doc["explanation"]["text"]
+    assert "1.19.2: good under cosine<0.999" in text and "1.20.0: bad under cosine<0.999" in text, text
+    assert "error" not in text and "no comparison" not in text, text
+    assert doc["explanation"]["first_differs"]["text"] in text
+    rep = bisect("report", doc["run_id"], "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir),
+                 "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    changed = rep.stdout.split("### What changed", 1)[1]
+    assert "1.20.0: bad under cosine" in changed and ": error" not in changed, changed

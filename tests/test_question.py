@@ -310,9 +310,11 @@ def test_the_reports_probe_of_the_newest_release_compares_it_with_the_runs_refer
     assert f"answering question {run['cell']['key']}" in rep.stderr
 
 
-def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_without_cutting_rows(tmp_path, listing, monkeypatch):
-    """silero-vad's batch: input [N, 512], state [2, N, 128], sr a scalar. Its inputs share no row axis, so
-    the rows are kept whole (cutting axis 0 of each raised IndexError on the scalar) and nodes still reduce."""
+def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_along_each_inputs_batch_axis(tmp_path, listing,
+                                                                                         monkeypatch):
+    """silero-vad's batch: input [N, 512], state [2, N, 128], sr a scalar. Its inputs share no axis 0, so the
+    rows are cut along the axis the model's dims name N on (cutting axis 0 of each raised IndexError on the
+    scalar), the scalar kept whole, and nodes still reduce."""
     from onnx import TensorProto, helper
 
     from harness.models.inputs import batch_rows
@@ -342,5 +344,6 @@ def test_a_batch_with_a_scalar_and_a_state_input_is_reduced_without_cutting_rows
     plans_run_on(monkeypatch, ReplayRunner(outcomes))
     doc = reduce_saved_run(plan.store.dir, cache, offline=True)
     assert doc["verified"] == {"verdicts": {"1.19.2": "good", "1.20.0": "bad"}, "flips": True}
-    assert doc["rows"] == {"before": 3, "after": 3, "kept": [0, 1, 2]}
+    assert doc["rows"]["before"] == 3 and doc["rows"]["after"] == 1
+    assert doc["rows"]["axes"] == {"input": 0, "state": 1, "sr": None}
     assert doc["nodes"]["after"] < doc["nodes"]["before"]

@@ -221,3 +221,48 @@ def test_aarch64_reduction_mitigation_and_their_repro_under_qemu(bisect, tmp_pat
                                    [sysroot_python(runner.sysroot), str(script), *args])
             out = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600, cwd=tmp_path)
             assert out.returncode == rc, (version, args, out.stdout, out.stderr)
+
+
+# --- a recurrent state whose batch is axis 1, with If subgraphs (silero-vad's shape) -------------------------
+
+
+def _recurrent_run(bisect, tmp_path, rows: int, big: tuple[int, ...]):
+    d = tmp_path / "made"
+    d.mkdir()
+    model = builders.save(builders.recurrent_state_model(), d / "recurrent.onnx")
+    np.savez(d / "batch.npz", **builders.recurrent_state_inputs(rows, big=big))
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    assert (r.json()["last_good"], r.json()["first_bad"]) == ("1.19.2", "1.20.0")
+    return results, r.json()["run_id"]
+
+
+@pytest.mark.release
+def test_a_state_input_whose_batch_is_axis_1_is_cut_along_that_axis(bisect, tmp_path):
+    results, run_id = _recurrent_run(bisect, tmp_path, 8, (5,))
+    red = bisect("reduce", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert red.returncode == 0, red.stderr
+    doc = red.json()
+    assert doc["verified"]["flips"] and doc["reduced"] is True
+    assert doc["rows"] == {"before": 8, "after": 1, "kept": [5], "axes": {"input": 0, "state": 1, "sr": None}}
+    reduced = results / run_id / "reduced"
+    with np.load(reduced / "inputs.npz") as kept:
+        shapes = {k: kept[k].shape for k in kept.files}
+    if doc["model"]["file"] is None:  # the whole graph: the batch itself, one row of each input along its axis
+        assert shapes == {"input": (1, 8), "state": (2, 1, 8), "sr": ()}
+    else:  # a cut: what it is fed is of the one row
+        assert all(s[0] == 1 for s in shapes.values() if s), shapes
+
+
+@pytest.mark.release
+def test_reduce_says_it_reduced_nothing_and_why_with_its_own_exit_status(bisect, tmp_path):
+    results, run_id = _recurrent_run(bisect, tmp_path, 1, (0,))
+    red = bisect("reduce", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--rows-only")
+    assert red.returncode == 4, red.stdout + red.stderr
+    assert "nothing reduced" in red.stdout and "verified" not in red.stdout, red.stdout
+    assert "the batch has one row" in red.stdout and "--rows-only" in red.stdout, red.stdout
+    doc = json.loads((results / run_id / "reduced" / "reduce.json").read_text())
+    assert doc["reduced"] is False and doc["verified"]["flips"]
+    assert doc["not_reduced"] == {"rows": "the batch has one row", "nodes": "only rows were asked (--rows-only)"}

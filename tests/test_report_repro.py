@@ -152,6 +152,80 @@ def test_the_repro_of_a_reference_question_is_good_on_the_last_good_release_and_
     assert doc["repro"]["predicate"] == asked[-1] and doc["repro"]["reference"], doc["repro"]["notes"]
 
 
+# -- the reduced repro of a reference question -------------------------------------------------------------
+
+
+@pytest.mark.release
+@pytest.mark.parametrize("embed_limit", [None, "100"], ids=["embedded", "attached"])
+def test_the_reduced_repro_of_a_reference_question_carries_its_reference_and_says_what_is_where(
+        embed_limit, bisect, tmp_path, fresh_python):
+    """A reference release's question reduced to a few nodes: `python repro.py` runs the reduced model, judged
+    against the values the reduction's first bad release was compared with (reduced/reference.npz): good on
+    the last good release, bad on the first bad. Parts over the embed limit go into the attachment, and the
+    report names every file (its path under the results, size, sha256) and where it is."""
+    model, batch = _norm_rounding(tmp_path)
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0",
+               "--reference-release", "1.19.2", "--bad-if", "cosine<0.999", "--reduce", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    run_id = r.json()["run_id"]
+    red = r.json()["reduced"]
+    assert red["verified"]["flips"] and red["reduced"] and red["model"]["file"] == "model.onnx", red
+    more = ("--embed-limit", embed_limit) if embed_limit else ()
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe",
+                 "--format", "json", *more)
+    assert rep.returncode == 0, rep.stderr
+    doc = json.loads(rep.stdout)
+    assert doc["repro"]["reduced"] and doc["repro"]["reduced_reference"], doc["repro"]["notes"]
+    where = {f["part"]: f for f in doc["repro"]["files"]}
+    reduced_dir = results / run_id / "reduced"
+    for part, name in (("reduced_model", "model.onnx"), ("reduced_inputs", "inputs.npz"),
+                       ("reduced_reference", "reference.npz")):
+        data = (reduced_dir / name).read_bytes()
+        assert where[part]["file"] == f"{run_id}/reduced/{name}"
+        assert (where[part]["bytes"], where[part]["sha256"]) == (len(data), hashlib.sha256(data).hexdigest())
+    attached = set((doc["repro"]["attached"] or {}).get("parts") or ())
+    if embed_limit:
+        assert {"reduced_model", "reduced_inputs", "reduced_reference"} <= attached
+        assert all(where[p]["where"] == REPRO_BATCH for p in attached)
+    else:
+        assert where["reduced_model"]["where"] == REPRO
+    md = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe",
+                *more)
+    assert f"`{run_id}/reduced/model.onnx`" in md.stdout and where["reduced_model"]["sha256"] in md.stdout
+    script = results / run_id / REPRO
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        out = builders.run_script(fresh_python(version), script)
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}, reduced model: {verdict} (worst row's cosine"), out.stdout
+
+
+@pytest.mark.release
+def test_a_rows_only_reduction_against_a_reference_file_runs_the_full_model_on_its_rows(bisect, tmp_path, fresh_python):
+    """A reference file's question reduces rows only (its values are of the model's outputs): the rows are cut
+    along each input's and output's batch axis (a state [2, N, W] on axis 1), and `python repro.py` runs the
+    full model, embedded, on the row kept against the file's values of that row."""
+    d = tmp_path / "made"
+    d.mkdir()
+    model = builders.save(builders.recurrent_state_model(), d / "recurrent.onnx")
+    np.savez(d / "batch.npz", **builders.recurrent_state_inputs(6, big=(4,)))
+    ref = _outputs_on(fresh_python("1.19.2"), model, d / "batch.npz", d / "ref.npz")
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--reference", str(ref), "--bad-if", "rel-diff>0.01", "--reduce", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    run_id, red = r.json()["run_id"], r.json()["reduced"]
+    assert red["rows"]["kept"] == [4] and red["model"]["file"] is None and red["reduced"], red
+    with np.load(results / run_id / "reduced" / "reference.npz") as kept:
+        assert kept["stateN"].shape == (2, 1, 8) and kept["output"].shape == (1, 8)
+    doc = _report(bisect, run_id, results)
+    assert doc["repro"]["reduced"]["model_is_full"] and doc["repro"]["reduced_reference"], doc["repro"]["notes"]
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        out = builders.run_script(fresh_python(version), results / run_id / REPRO)
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}, reduced model: {verdict}"), out.stdout
+
+
 # -- a report fits in an issue -----------------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from harness.explain.trace import (
 from harness.graphs import precision, surgery
 from harness.graphs.precision import CAST_PREFIX as P
 from harness.report.terminal import diff_table, trace_table
+from harness.verdicts import parse_predicate
 
 F16, F32 = TensorProto.FLOAT16, TensorProto.FLOAT
 
@@ -455,3 +456,56 @@ def test_diff_of_a_release_that_does_not_load_shows_its_error():
     assert "Load model failed" in text and "unknown precision" not in text
     both = diff(b, b)
     assert "Neither release runs the model" in both.explanation
+
+
+def _chain(version, verdict, values, compared=None, judged_by=None):
+    """A same-precision chain Rsqrt -> Mul -> Add (fp32), `values`: node -> (max_abs, sha) of its output."""
+    names = [("/norm/Rsqrt", "Rsqrt"), ("/norm/Mul", "Mul"), ("/out/Add", "Add")]
+    nodes, prev = [], "x"
+    prec = {n: precision.NodePrecision(n, op, "fp32", n) for n, op in names}
+    for (n, op), tensor in zip(names, ("r", "m", "y")):
+        mx, sha = values[n]
+        ts = TensorStat(tensor, "float32", [4, 8], -mx, mx, mx, 0, 0, 4, 0, 0, sha, None, "seen",
+                        "model" if tensor == "y" else "exposed")
+        nodes.append(NodeTrace(n, op, None, [prev], [ts], prec[n]))
+        prev = tensor
+    return TraceResult(version, {}, "m.onnx", "b.npz", "ran", verdict, "", 4, 0, 0, [], nodes, precision=prec,
+                       compared=compared or {}, judged_by=judged_by or {})
+
+
+def test_the_first_node_that_differs_is_the_first_not_bit_identical_whatever_its_size():
+    """The first bit-exact change is an Rsqrt's, far within tolerance; a later Mul parts beyond it. The sentence
+    names the Rsqrt, says how it was chosen and how the tolerance reads it, and names the Mul as the first
+    beyond: diff's bit-exact line and its prose name one node."""
+    a = _chain("1.19.2", "good", {"/norm/Rsqrt": (1.0, "r1"), "/norm/Mul": (2.0, "m1"), "/out/Add": (3.0, "y1")})
+    b = _chain("1.20.0", "good", {"/norm/Rsqrt": (1.0000001, "r2"), "/norm/Mul": (2.5, "m2"), "/out/Add": (3.5, "y2")})
+    d = diff(a, b)
+    assert d.first_bits_differ["node"] == d.first_differs["node"] == d.suspect == "/norm/Rsqrt"
+    assert "`/norm/Rsqrt` (Rsqrt) is the first node whose output differs" in d.explanation
+    assert "not bit-identical" in d.explanation and "within the run's tolerance (nan-or-inf" in d.explanation
+    assert "`/norm/Mul`" not in d.explanation.split("first node whose output differs")[0]
+    d = diff(a, b, parse_predicate("rel-diff>0.01"))
+    assert d.first_differs["node"] == "/norm/Rsqrt" and not d.first_differs["beyond_tolerance"]
+    assert d.first_divergent["node"] == "/norm/Mul"
+    assert "within the run's tolerance (rel-diff>0.01). The first beyond it is `/norm/Mul`'s" in d.explanation
+    from rich.console import Console
+
+    console = Console(width=200, record=True)
+    console.print(diff_table(d))
+    text = console.export_text()
+    assert "first output not bit-identical (the first node that differs): /norm/Rsqrt" in text
+
+
+def test_outputs_a_tight_question_judges_bad_are_never_said_to_agree():
+    """Outputs 1.2e-6 apart, which rel-diff>1e-6 judges bad: the diff names where they part, beyond the run's
+    tolerance, and says each verdict as the question gave it, with what it measured."""
+    same = {"/norm/Rsqrt": (1.0, "r"), "/norm/Mul": (2.0, "m")}
+    a = _chain("1.19.2", "good", {**same, "/out/Add": (3.0, "y1")}, {"reference": "release:1.19.2",
+               "rel_diff_max": 0.0}, {"predicate": "rel-diff>1e-06", "reference": "release:1.19.2"})
+    b = _chain("1.20.0", "bad", {**same, "/out/Add": (3.0000036, "y2")}, {"reference": "release:1.19.2",
+               "rel_diff_max": 1.2e-6}, {"predicate": "rel-diff>1e-06", "reference": "release:1.19.2"})
+    d = diff(a, b, parse_predicate("rel-diff>1e-6"))
+    assert "agree" not in d.explanation
+    assert d.first_differs["node"] == "/out/Add" and d.first_differs["beyond_tolerance"]
+    assert "beyond the run's tolerance (rel-diff>1e-06)" in d.explanation
+    assert "1.20.0: bad under rel-diff>1e-06 (0 NaN rows of 4, max relative difference 1.2e-06)" in d.explanation

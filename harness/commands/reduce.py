@@ -33,11 +33,12 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, a
     It reduces the pair of the run's question (its newest run document, or --question KEY): last good and
     first bad, a fix's last bad and first good; judged as that question judges, with its reference. Writes
     results/<run>/reduced/ (model.onnx, inputs.npz, reference.npz when the question compares with one,
-    reduce.json); resumable. Exit status: 0 a verified reduction, 3 none (the pair does not flip here, or the
+    reduce.json); resumable. Exit status: 0 a verified reduction, 4 nothing could be reduced (the full pair
+    flips; it says why no row and no node could be dropped), 3 none (the pair does not flip here, or the
     reduction does not verify), 2 refused before any probe, 1 a failure.
     """
     from harness.report.terminal import reduction_summary
-    from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY
+    from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY, EXIT_NOTHING_REDUCED
     from harness.triage.reduce import NoFlip, reduce_saved_run
 
     try:
@@ -52,4 +53,6 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, a
         print_json(doc)
     else:
         out.print(reduction_summary(doc))
-    return EXIT_FOUND if doc["verified"]["flips"] else EXIT_NO_BOUNDARY
+    if not doc["verified"]["flips"]:
+        return EXIT_NO_BOUNDARY
+    return EXIT_FOUND if doc["reduced"] else EXIT_NOTHING_REDUCED

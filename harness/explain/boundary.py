@@ -39,17 +39,43 @@ def release_of(plan, version: str) -> Release:
     raise UsageError(f"{version}: not in the releases of this run ({plan.releases[0].version}..{plan.releases[-1].version})")
 
 
+def compared_with(plan, version: str) -> trace_mod.Compared | None:
+    """The values the plan's question compares a probe of `version` with (None when it compares with none):
+    a file's, the reference release's outputs in the run, the fp32 model's outputs on `version` in the run."""
+    from harness.reference import arrays_for, release_outputs
+
+    ref = plan.reference
+    if ref is None or not plan.predicate.needs_reference:
+        return None
+    arrays = ref.arrays
+    if arrays is None and ref.kind == "release" and ref.release is not None:
+        arrays = release_outputs(plan.store, ref.release.version)
+    elif ref.kind != "release":
+        arrays = arrays_for(ref, plan.store, version)
+    return trace_mod.Compared(ref.id, ref.label, arrays)
+
+
+def judged_by(plan) -> dict:
+    """What a trace's verdict answers: the plan's predicate and the reference it compares with."""
+    compares = plan.reference is not None and plan.predicate.needs_reference
+    return {"predicate": str(plan.predicate), "reference": plan.reference.id if compares else None}
+
+
 def traced(plan, version: str, *, budget_mb: int = DEFAULT_BUDGET_MB, dump=(), refresh: bool = False,
            log=_quiet) -> trace_mod.TraceResult:
-    """The trace of one release of the plan's model, from the run's store or made now."""
+    """The trace of one release of the plan's model, from the run's store (when its verdict answers the plan's
+    question) or made now."""
     release = release_of(plan, version)
     path = trace_dir(plan) / f"{release.version}.json"
     if path.exists() and not refresh and not dump:
-        return trace_mod.trace_from_json(json.loads(path.read_text()))
+        kept = trace_mod.trace_from_json(json.loads(path.read_text()))
+        if kept.judged_by == judged_by(plan):
+            return kept
     workdir = plan.runner.cache_dir / "trace-work" / plan.store.run_id / release.version
     result = trace_mod.trace(plan.runner, release, plan.probe_inputs.model, plan.probe_inputs.batch, workdir,
                              budget_bytes=budget_mb << 20, dump=list(dump), session_options=plan.job.session_options,
-                             timeout=plan.job.timeout, predicate=plan.predicate, log=log, outputs=plan.job.outputs)
+                             timeout=plan.job.timeout, predicate=plan.predicate, log=log, outputs=plan.job.outputs,
+                             reference=compared_with(plan, release.version))
     trace_mod.save_json(result, path)
     return result
 
@@ -67,7 +93,7 @@ def explain_pair(plan, a: str, b: str, *, budget_mb: int = DEFAULT_BUDGET_MB, re
     """Diff the traces of two releases; the diff and a headroom chart of both go next to the run."""
     ta = traced(plan, a, budget_mb=budget_mb, refresh=refresh, log=log)
     tb = traced(plan, b, budget_mb=budget_mb, refresh=refresh, log=log)
-    result = diff_mod.diff(ta, tb)
+    result = diff_mod.diff(ta, tb, plan.predicate)
     d = trace_dir(plan)
     trace_mod.save_json(result, d / f"diff-{a}-{b}.json")
     return result, chart([ta, tb], d / f"headroom-{a}-{b}.svg")
@@ -76,11 +102,12 @@ def explain_pair(plan, a: str, b: str, *, budget_mb: int = DEFAULT_BUDGET_MB, re
 def explanation(plan, lo: str, hi: str, *, refresh: bool = False, log=_quiet) -> dict:
     """The run's explanation of the pair lo -> hi: kept in the store, made now if absent."""
     doc = plan.store.document(EXPLANATION)
-    if doc and doc.get("pair") == [lo, hi] and not refresh:
+    if doc and doc.get("pair") == [lo, hi] and doc.get("judged_by") == judged_by(plan) and not refresh:
         return doc
     log(f"explaining {lo} -> {hi} (trace and diff)")
     result, chart_path = explain_pair(plan, lo, hi, refresh=refresh, log=log)
-    doc = {"text": result.explanation, "suspect": result.suspect, "pair": [lo, hi],
+    doc = {"text": result.explanation, "suspect": result.suspect, "pair": [lo, hi], "judged_by": judged_by(plan),
+           "first_differs": result.first_differs,
            "diff": str(trace_dir(plan) / f"diff-{lo}-{hi}.json"), "chart": str(chart_path) if chart_path else None}
     plan.store.save_document(EXPLANATION, doc)
     return doc

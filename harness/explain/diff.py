@@ -2,7 +2,14 @@
 
 The suspect is the node whose execution precision changed where a value a
 consumer really read turned non-finite (see `harness.explain.trace` on what "seen"
-means), else the first precision change, else the first divergent output.
+means), else the first precision change, else the first node whose output differs.
+
+"The first node that differs" has one source: the first node, in topological
+order, whose traced output is not bit-identical on the two releases (sha256 of
+each tensor). Its difference is then judged under the run's own tolerance (the
+bound of its question's rel-diff, abs-diff or cosine condition, read on the
+tensors' statistics; a question of non-finite values tolerates any finite
+difference), and the sentence says both.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from harness.explain.trace import TensorStat, TraceResult
 from harness.graphs import precision
+from harness.verdicts import Predicate
 
 
 @dataclass
@@ -23,8 +31,10 @@ class DiffResult:
     a_nan_rows: int
     b_nan_rows: int
     rows: int
-    first_divergent: dict | None = None  # first tensor beyond rtol (stats proxy)
+    first_divergent: dict | None = None  # first tensor beyond the run's tolerance (stats proxy)
     first_bits_differ: dict | None = None  # first tensor whose sha256 differs
+    first_differs: dict | None = None  # the first node that differs (first_bits_differ), judged and said
+    tolerance: str = ""  # the run's own tolerance, in words
     first_nonfinite_flip: dict | None = None  # first tensor non-finite and "seen" on one side only
     first_nonfinite_flip_any: dict | None = None  # same, ignoring visibility
     precision_changes: list[dict] = field(default_factory=list)
@@ -40,6 +50,13 @@ def _rel(x, y) -> float:
         return math.inf
     d = abs(x - y)
     return 0.0 if d == 0 else d / max(abs(x), abs(y), 1e-30)
+
+
+def _stats_abs(a: TensorStat, b: TensorStat) -> float:
+    if (a.nan, a.inf) != (b.nan, b.inf) or a.shape != b.shape:
+        return math.inf
+    pairs = [(a.min, b.min), (a.max, b.max), (a.max_abs, b.max_abs)]
+    return max((abs(x - y) for x, y in pairs if x is not None and y is not None), default=0.0)
 
 
 def _stats_rel(a: TensorStat, b: TensorStat) -> float:
@@ -79,9 +96,48 @@ def _tensor_doc(t: TensorStat | None) -> dict | None:
                                        "headroom", "visibility", "sha256")}
 
 
-def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
-    """Line up two traces by node name and say where and why they part."""
+@dataclass(frozen=True)
+class Tolerance:
+    """How far two traced tensors may part before the run's question would care: `kind` rel (relative, of the
+    statistics), abs (absolute, of the statistics) or nonfinite (only a non-finite value on one side)."""
+
+    kind: str
+    bound: float | None
+    words: str
+
+    def beyond(self, ta: TensorStat, tb: TensorStat) -> float | None:
+        """The measure of the difference when it is beyond this tolerance, else None."""
+        if ta.nonfinite != tb.nonfinite or ta.shape != tb.shape:
+            return math.inf
+        if self.kind == "rel":
+            rel = _stats_rel(ta, tb)
+            return rel if rel > self.bound else None
+        if self.kind == "abs":
+            d = _stats_abs(ta, tb)
+            return d if d > self.bound else None
+        return None
+
+
+def tolerance(predicate: Predicate | None) -> Tolerance:
+    """The run's own tolerance: the tightest bound its question compares outputs with."""
+    conds = list((predicate or Predicate()).conditions)
+    for kind, read in (("rel-diff", "rel"), ("abs-diff", "abs")):
+        bounds = [c.bound for c in conds if c.kind == kind and c.bound is not None]
+        if bounds:
+            return Tolerance(read, min(bounds), f"{kind}>{min(bounds):g}")
+    cosines = [c.bound for c in conds if c.kind == "cosine" and c.bound is not None]
+    if cosines:
+        b = max(cosines)
+        return Tolerance("rel", max(1.0 - b, 0.0), f"cosine<{b:g}, read as a relative difference of {1.0 - b:.3g}")
+    return Tolerance("nonfinite", None, f"{predicate or Predicate()}: only a value non-finite on one release counts")
+
+
+def diff(a: TraceResult, b: TraceResult, predicate: Predicate | None = None) -> DiffResult:
+    """Line up two traces by node name and say where and why they part, judged under `predicate` (the run's
+    question: its tolerance)."""
+    tol = tolerance(predicate)
     res = DiffResult(a.version, b.version, a.verdict, b.verdict, a.nan_rows, b.nan_rows, max(a.rows, b.rows))
+    res.tolerance = tol.words
     res.failed = [{"version": t.version, "status": t.status, "reason": t.reason} for t in (a, b) if t.status != "ran"]
     if res.failed:
         # a release that cannot run the model has no precision map and no tensors: its failure is the
@@ -100,11 +156,11 @@ def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
                 continue
             where = {"node": na.name, "op_type": na.op_type, "tensor": ta.name, "a": _tensor_doc(ta), "b": _tensor_doc(tb)}
             if res.first_bits_differ is None and ta.sha256 != tb.sha256:
-                res.first_bits_differ = {**where, "rel": _stats_rel(ta, tb)}
+                res.first_bits_differ = {**where, "rel": _stats_rel(ta, tb), "abs": _stats_abs(ta, tb)}
             if res.first_divergent is None and ta.sha256 != tb.sha256:
-                rel = _stats_rel(ta, tb)
-                if rel > rtol:
-                    res.first_divergent = {**where, "rel": rel}
+                beyond = tol.beyond(ta, tb)
+                if beyond is not None:
+                    res.first_divergent = {**where, "rel": _stats_rel(ta, tb), "abs": _stats_abs(ta, tb)}
             if res.first_nonfinite_flip_any is None and ta.nonfinite != tb.nonfinite:
                 res.first_nonfinite_flip_any = where
             seen_a = ta.nonfinite and ta.visibility == "seen"
@@ -115,8 +171,30 @@ def diff(a: TraceResult, b: TraceResult, rtol: float = 1e-3) -> DiffResult:
         if (pa is not None or pb is not None) and _prec_key(pa) != _prec_key(pb):
             res.precision_changes.append({"node": na.name, "op_type": na.op_type, "layer": na.layer,
                                           "a": _prec_doc(pa), "b": _prec_doc(pb)})
+    res.first_differs = _first_differs(res)
     res.suspect, res.explanation = _explain(a, b, res)
     return res
+
+
+def _first_differs(res: DiffResult) -> dict | None:
+    """The first node that differs (the first not bit-identical), judged under the run's tolerance, in words."""
+    first = res.first_bits_differ
+    if first is None:
+        return None
+    beyond = res.first_divergent is not None and res.first_divergent["tensor"] == first["tensor"]
+    measure = (f"a relative difference of {first['rel']:.3g} in its statistics" if math.isfinite(first["rel"])
+               else "a value non-finite on one release only, or another shape")
+    said = (f"`{first['node']}` ({first['op_type']}) is the first node whose output differs: the first, in "
+            f"topological order, whose traced output `{first['tensor']}` is not bit-identical on {res.a} and "
+            f"{res.b} (sha256 of each tensor), with {measure}, "
+            + ("beyond" if beyond else "within") + f" the run's tolerance ({res.tolerance}).")
+    later = res.first_divergent
+    if later is not None and not beyond:
+        said += f" The first beyond it is `{later['node']}`'s output `{later['tensor']}`."
+    elif later is None and not beyond:
+        said += " No traced output parts beyond it."
+    return {"node": first["node"], "op_type": first["op_type"], "tensor": first["tensor"], "how": "bit-exact",
+            "beyond_tolerance": beyond, "tolerance": res.tolerance, "text": said}
 
 
 def _failure(a: TraceResult, b: TraceResult) -> str:
@@ -131,9 +209,24 @@ def _failure(a: TraceResult, b: TraceResult) -> str:
             "That failure is the difference; nothing is compared node by node.")
 
 
+def _verdict(t: TraceResult) -> str:
+    """A trace's verdict as its question judged it: NaN rows, and what it was compared with."""
+    c = t.compared or {}
+    seen = [f"{t.nan_rows} NaN rows of {t.rows}"]
+    if c.get("comparison_error"):
+        seen.append(f"not compared: {c['comparison_error']}")
+    else:
+        for key, words in (("cosine_min", "worst row's cosine"), ("rel_diff_max", "max relative difference"),
+                           ("abs_diff_max", "max absolute difference")):
+            if c.get(key) is not None:
+                seen.append(f"{words} {c[key]:.3g}")
+    under = (t.judged_by or {}).get("predicate")
+    return f"{t.version}: {t.verdict}" + (f" under {under}" if under else "") + f" ({', '.join(seen)})"
+
+
 def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | None, str]:
     changes = {c["node"]: c for c in res.precision_changes}
-    verdicts = f"{a.version}: {a.verdict} ({a.nan_rows} NaN rows of {a.rows}); {b.version}: {b.verdict} ({b.nan_rows} NaN rows of {b.rows})."
+    verdicts = f"{_verdict(a)}; {_verdict(b)}."
     flip = res.first_nonfinite_flip
     if flip:
         bad, good = (b, a) if flip["side"] == b.version else (a, b)
@@ -164,16 +257,14 @@ def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | Non
                                    f"{describe(first['b'])} on {b.version}. {verdicts}")
         return node, (f"`{node}` is the first node whose output is {kind} on {bad.version} and finite on "
                       f"{good.version}, with the same precision on both: a kernel's arithmetic changed. {verdicts}")
+    said = f" {res.first_differs['text']}" if res.first_differs else ""
     if res.precision_changes:
         first = res.precision_changes[0]
-        div = res.first_divergent
-        tail = f" The first output beyond tolerance is `{div['node']}`'s (relative difference {div['rel']:.3g})." if div else ""
         return first["node"], (f"No value a consumer read turns non-finite on one release only. The first precision "
                                f"change is `{first['node']}`: {describe(first['a'])} on {a.version}, "
-                               f"{describe(first['b'])} on {b.version}.{tail} {verdicts}")
-    if res.first_divergent:
-        div = res.first_divergent
-        return div["node"], (f"Same precision everywhere; `{div['node']}` is the first node whose output differs "
-                             f"(relative difference {div['rel']:.3g} in its statistics): a kernel's arithmetic "
-                             f"changed. {verdicts}")
-    return None, f"The traces agree within tolerance. {verdicts}"
+                               f"{describe(first['b'])} on {b.version}.{said} {verdicts}")
+    if res.first_differs:
+        return res.first_differs["node"], (f"Same precision everywhere.{said} A kernel's arithmetic changed. "
+                                           f"{verdicts}")
+    return None, (f"Every traced output is bit-identical on {a.version} and {b.version} (sha256 of each tensor); "
+                  f"what differs is not among the traced tensors. {verdicts}")

@@ -32,6 +32,9 @@ A trace is evidence, not a verdict (PLATFORM.md, "Graph surgery facts"):
                     it ("peeling", one overflow point per round, MAX_PEEL_ROUNDS)
   Observed values still carry the fp16 rounding of exposed neighbours (small
   relative differences), which is why they are evidence, not a verdict.
+
+This module holds one concept, the trace: its results, its passes, its verdict
+(judged as the run's question judges, with its reference) and its JSON.
 """
 
 from __future__ import annotations
@@ -48,9 +51,10 @@ import numpy as np
 import onnx
 
 from harness.graphs import precision, surgery
-from harness.metrics import FP16_MAX
+from harness.metrics import FP16_MAX, probe_metrics
 from harness.probe import ProbeJob, Prober
 from harness.releases.versions import Release
+from harness.results.store import load_outputs
 from harness.runners.base import Runner
 from harness.verdicts import Predicate
 
@@ -127,6 +131,9 @@ class TraceResult:
     dumps: dict[str, str] = field(default_factory=dict)
     optimized_model: str | None = None
     seconds: float = 0.0
+    # the question the verdict answers: its predicate, and the reference it compared with (id, label), or None
+    judged_by: dict = field(default_factory=dict)
+    compared: dict = field(default_factory=dict)  # the comparison's measures (cosine_min, rel_diff_max, ...)
 
     def node(self, name: str) -> NodeTrace | None:
         return next((n for n in self.nodes if n.name == name), None)
@@ -167,8 +174,12 @@ def _safe(name: str) -> str:
 def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Path,
           budget_bytes: int = DEFAULT_BUDGET, dump: list[str] | tuple[str, ...] = (),
           session_options: dict | None = None, timeout: float = 600.0,
-          predicate: Predicate | None = None, log=None, outputs: tuple[str, ...] = ()) -> TraceResult:
+          predicate: Predicate | None = None, log=None, outputs: tuple[str, ...] = (),
+          reference: Compared | None = None) -> TraceResult:
     """Trace every floating-point intermediate tensor of `model` on `release`.
+
+    The verdict is the unmodified model's under `predicate`, compared with `reference` when it needs one (the
+    question's values for this release: a file's, a reference release's, the fp32 model's outputs here).
 
     `model` is a ResolvedModel or a path to an .onnx file (external data next to
     it is used in place, never copied or loaded). `workdir` receives the
@@ -193,14 +204,22 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
               "session.optimized_model_external_initializers_min_size_in_bytes": OPT_DATA_MIN_BYTES}
     opts = {**base_opts, "optimized_model_filepath": str(opt_path), "config": config}
     _log(log, f"trace {release.version}: unmodified model")
-    # The verdict, as in `bisect run`, from the outputs the run checks.
-    probed = prober.probe(release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout), outputs=None)
+    # The verdict, as in `bisect run`, from the outputs the run checks, compared as the run's question compares.
+    compares = predicate.needs_reference
+    saved = workdir / f"outputs-{release.version}.npz" if compares else None
+    measure = _measure(saved, reference) if compares else None
+    probed = prober.probe(release, ProbeJob(model_path, inputs_npz, tuple(outputs), opts, timeout), outputs=saved,
+                          measure=measure)
+    if saved is not None:
+        saved.unlink(missing_ok=True)
     base, judged = probed.record, probed.judged
     result = TraceResult(
         version=release.version, provenance=base.get("provenance", {}), model=str(model_path), inputs=str(inputs_npz),
         status=base["status"], verdict=judged["verdict"], reason=judged["why"], rows=judged["rows"],
         nan_rows=judged["nan_rows"], inf_rows=judged["inf_rows"],
         outputs=list((base.get("result") or {}).get("outputs") or []),
+        judged_by={"predicate": str(predicate), "reference": reference.id if compares and reference else None},
+        compared={k: v for k, v in (base.get("metrics") or {}).items() if k in COMPARED},
     )
 
     original = onnx.load(str(model_path), load_external_data=False)
@@ -282,6 +301,29 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
 
 
 MAX_PEEL_ROUNDS = 8
+COMPARED = ("reference", "comparison_error", "cosine_min", "rel_diff_max", "abs_diff_max", "nonfinite_rows")
+
+
+@dataclass
+class Compared:
+    """What a trace's unmodified probe is compared with: the question's reference values for its release (None:
+    this machine has none to give, and the verdict says so)."""
+
+    id: str
+    label: str
+    arrays: dict[str, np.ndarray] | None
+
+
+def _measure(saved: Path, reference: Compared | None):
+    """The metrics of the unmodified probe against `reference`, from its outputs saved at `saved`."""
+    def measure(rec: dict) -> dict:
+        outs = load_outputs(saved) if saved.exists() else None
+        if reference is None or reference.arrays is None or outs is None:
+            label = reference.label if reference else "the reference"
+            return {**probe_metrics(rec.get("result")),
+                    "comparison_error": f"no outputs of {label} to compare the trace of {rec.get('version')} with"}
+        return probe_metrics(rec.get("result"), outs, reference.arrays, reference.id)
+    return measure
 
 
 def _producers(model: onnx.ModelProto) -> dict[str, list[str]]:

@@ -21,6 +21,11 @@ class Graph:
     producer: dict[str, int]  # tensor -> index of the node that makes it
     infos: dict[str, surgery.TensorInfo]
     initializers: dict[str, onnx.TensorProto]
+    reads: list[list[str]] = None  # per node: its inputs, then the outer tensors its subgraphs (If, Loop) read
+
+    def __post_init__(self):
+        if self.reads is None:
+            self.reads = [node_reads(n) for n in self.nodes]
 
     @classmethod
     def load(cls, path: Path) -> "Graph":
@@ -51,7 +56,7 @@ class Graph:
             if i is None or i < start or i in seen:
                 continue
             seen.add(i)
-            stack.extend(x for x in self.nodes[i].input if x)
+            stack.extend(self.reads[i])
         return sorted(seen)
 
     def crossing(self, keep: list[int]) -> list[str]:
@@ -59,8 +64,8 @@ class Graph:
         made = {o for i in keep for o in self.nodes[i].output}
         out = []
         for i in keep:
-            for t in self.nodes[i].input:
-                if t and t not in made and t not in self.initializers and t not in out:
+            for t in self.reads[i]:
+                if t not in made and t not in self.initializers and t not in out:
                     out.append(t)
         return out
 
@@ -74,8 +79,8 @@ class Graph:
         made = {o for n in nodes for o in n.output}
         outputs = [output] + [o.name for o in self.model.graph.output if o.name in made and o.name != output]
         inits = []
-        for n in nodes:
-            for t in n.input:
+        for i in keep:
+            for t in self.reads[i]:
                 if t in self.initializers and t not in made and all(x.name != t for x in inits):
                     inits.append(self.initializers[t])
         inputs = [self._value_info(t) for t in self.crossing(keep)]
@@ -108,5 +113,27 @@ def needed(graph: Graph, keep: list[int], output: str, fed: set[str]) -> list[in
         if t in fed or i is None or i not in allowed or i in seen:
             continue
         seen.add(i)
-        stack.extend(x for x in graph.nodes[i].input if x)
+        stack.extend(graph.reads[i])
     return sorted(seen)
+
+
+def node_reads(node: onnx.NodeProto) -> list[str]:
+    """The tensors a node reads: its inputs, then those its subgraphs (an If's branches, a Loop's body) take
+    from the enclosing graph without making them (a cut that feeds them makes them inputs of its model)."""
+    found = [t for t in node.input if t]
+    for attr in node.attribute:
+        for g in ([attr.g] if attr.type == onnx.AttributeProto.GRAPH else
+                  list(attr.graphs) if attr.type == onnx.AttributeProto.GRAPHS else []):
+            for t in _outer(g):
+                if t not in found:
+                    found.append(t)
+    return found
+
+
+def _outer(graph: onnx.GraphProto) -> list[str]:
+    """Names `graph` reads that neither it nor its own subgraphs define: the enclosing graph's tensors."""
+    defined = {i.name for i in graph.input} | {t.name for t in graph.initializer} | \
+        {t.name for t in graph.sparse_initializer}
+    for n in graph.node:
+        defined.update(o for o in n.output if o)
+    return [t for n in graph.node for t in node_reads(n) if t not in defined]

@@ -165,11 +165,42 @@ def batch_rows(arrays: dict[str, np.ndarray]) -> int | None:
     return firsts.pop() if len(firsts) == 1 and None not in firsts else None
 
 
-def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.ndarray]:
-    """The batch cut to `rows` (axis 0), and, for token inputs, to the longest kept row."""
-    cut = {k: np.ascontiguousarray(v[rows]) for k, v in arrays.items()}
+def batch_axes(dims: dict[str, tuple | None], arrays: dict[str, np.ndarray]) -> dict[str, int | None] | None:
+    """Each input's batch axis as the model's dims show it (None: an input without one, kept whole), or None
+    when they show none the batch agrees with.
+
+    The batch is the named dim (`dims`: each graph input's dims, a str for a named one) the most inputs carry,
+    at axis 0 first on a tie, of one size in every array that carries it: silero-vad's `input` [N, 512] and
+    `state` [2, N, 128] share N, on axes 0 and 1; `sr` has none. A model whose dims name nothing (fixed
+    shapes) has its inputs' shared axis 0, as batch_rows reads it."""
+    named: dict[str, dict[str, int]] = {}
+    for name, a in arrays.items():
+        for axis, d in enumerate((dims.get(name) or ())[:a.ndim]):
+            if isinstance(d, str) and d and a.ndim == len(dims[name]):
+                named.setdefault(d, {}).setdefault(name, axis)
+    agreed = {d: at for d, at in named.items() if len({arrays[n].shape[a] for n, a in at.items()}) == 1}
+    if agreed:
+        first = next(iter(arrays))
+        best = max(agreed, key=lambda d: (len(agreed[d]), 0 in agreed[d].values(), agreed[d].get(first, -1) == 0))
+        return {name: agreed[best].get(name) for name in arrays}
+    return {name: 0 for name in arrays} if batch_rows(arrays) is not None else None
+
+
+def axes_rows(arrays: dict[str, np.ndarray], axes: dict[str, int | None]) -> int | None:
+    """How many rows the batch has along `axes` (batch_axes), or None when no input has a batch axis."""
+    sizes = {arrays[k].shape[a] for k, a in axes.items() if a is not None and k in arrays}
+    return sizes.pop() if len(sizes) == 1 else None
+
+
+def take_rows(arrays: dict[str, np.ndarray], rows: list[int], axes: dict[str, int | None] | None = None
+              ) -> dict[str, np.ndarray]:
+    """The batch cut to `rows` (axis 0, or each input's axis of `axes`: None keeps it whole), and, for token
+    inputs, to the longest kept row."""
+    axes = axes if axes is not None else {k: 0 for k in arrays}
+    cut = {k: np.ascontiguousarray(np.take(v, rows, axis=axes[k])) if axes.get(k) is not None else v
+           for k, v in arrays.items()}
     mask = cut.get(MASK_INPUT)
-    if mask is not None and mask.ndim == 2 and mask.any():
+    if mask is not None and mask.ndim == 2 and mask.any() and axes.get(MASK_INPUT) == 0:
         length = int(np.nonzero(mask.any(axis=0))[0].max()) + 1
         width = mask.shape[1]
         cut = {k: np.ascontiguousarray(v[:, :length]) if v.ndim >= 2 and v.shape[1] == width else v
@@ -177,12 +208,17 @@ def take_rows(arrays: dict[str, np.ndarray], rows: list[int]) -> dict[str, np.nd
     return cut
 
 
-def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None) -> list[int]:
-    """Rows (axis 0) with a NaN or Inf in any of the outputs."""
+def bad_rows(outputs: dict[str, np.ndarray], names: list[str] | None = None,
+             axes: dict[str, int | None] | None = None) -> list[int]:
+    """Rows (axis 0, or each output's axis of `axes`) with a NaN or Inf in any of the outputs."""
     bad = None
     for name, a in outputs.items():
         if names and name not in names or a.dtype.kind not in "fc" or a.ndim == 0:
             continue
+        axis = 0 if axes is None else axes.get(name)
+        if axis is None or axis >= a.ndim:
+            continue
+        a = np.moveaxis(a, axis, 0)
         rows = ~np.isfinite(a.reshape(a.shape[0], -1)).all(axis=1)
         bad = rows if bad is None else (bad | rows if bad.shape == rows.shape else bad)
     return [] if bad is None else [int(i) for i in np.nonzero(bad)[0]]

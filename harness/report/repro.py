@@ -50,8 +50,8 @@ from harness.vocabulary import GRAPH_LEVELS
 SCRIPT = REPRO  # results/<run>/repro.py
 
 # What the script may hold, each the bytes of one file: a model, or an .npz of arrays by name.
-PARTS = ("reduced_model", "reduced_inputs", "full_model", "full_inputs", "full_reference")
-ARRAY_PARTS = ("reduced_inputs", "full_inputs", "full_reference")
+PARTS = ("reduced_model", "reduced_inputs", "reduced_reference", "full_model", "full_inputs", "full_reference")
+ARRAY_PARTS = ("reduced_inputs", "reduced_reference", "full_inputs", "full_reference")
 
 # The harness functions the script measures with, under the names it calls them by: copied, not rewritten,
 # so the repro's numbers are the run's (worker.rows_summary and verdicts.rows_summary share a name).
@@ -79,6 +79,8 @@ def parts(reduced: dict | None, full: dict) -> dict[str, bytes]:
     """The files the script needs, by part name (PARTS): those the run has."""
     found = {"reduced_model": reduced["model"] if reduced else None,
              "reduced_inputs": npz_bytes(reduced["inputs"]) if reduced else None,
+             "reduced_reference": npz_bytes(reduced["reference"]) if reduced and reduced.get("reference") is not None
+             else None,
              "full_model": full.get("model"),
              "full_inputs": npz_bytes(full["inputs"]) if full.get("inputs") is not None else None,
              "full_reference": npz_bytes(full["reference"]) if full.get("reference") is not None else None}
@@ -223,7 +225,9 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     """The script's text.
 
     predicate: a harness.verdicts.Predicate (or its text), the run's question
-    reduced: {"model": bytes, "inputs": arrays, "outputs": [...], "nodes": n, "of": N, "rows": r} or None
+    reduced: {"model": bytes | None (None: every node kept, the full model on the rows kept), "inputs": arrays,
+           "reference": arrays | None (the values the reduction's first bad release was compared with),
+           "outputs": [...], "nodes": n, "of": N, "rows": r} or None
     full: {"model": bytes | None (embedded) , "sha256": str | None (not known), "file": name, "hub": {repo_id,
            revision, files: [model, *data]} | None, "inputs": arrays | None (not embedded), "outputs": [...],
            "reference": arrays | None (the reference's values of those outputs), "notes": [why a file is not
@@ -240,9 +244,11 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
     sh = escape.sh_line  # the lines a reader pastes: every value one quoted word
     usage = []
     if reduced:
-        how = "attached" if left_out & {"reduced_model", "reduced_inputs"} else "embedded"
+        how = "attached" if left_out & {"reduced_model", "reduced_inputs", "reduced_reference"} else "embedded"
         usage.append(sh(["python", SCRIPT], f"the reduced model: {reduced['nodes']} of {reduced['of']} nodes, "
-                        f"{reduced['rows']} row(s), {how}", 27))
+                        f"{reduced['rows']} row(s), {how}" + (" (the full model's file: give it as for --full)"
+                                                             if reduced["model"] is None and not full.get("model")
+                                                             and not full.get("hub") else ""), 27))
     if full.get("model"):
         usage.append(sh(["python", SCRIPT, "--full"], f"the full model ({full['file']}), embedded", 27))
     elif full.get("hub"):
@@ -271,6 +277,8 @@ import onnxruntime as ort
 REDUCED_MODEL_B64 = {wrap(blobs.get("reduced_model"))}
 REDUCED_INPUTS_NPZ_B64 = {wrap(blobs.get("reduced_inputs"))}
 REDUCED_OUTPUTS = {lit(list(reduced["outputs"] or []) if reduced else [])}
+REDUCED_REFERENCE_NPZ_B64 = {wrap(blobs.get("reduced_reference"))}
+REDUCED_MODEL_IS_FULL = {lit(bool(reduced) and reduced["model"] is None)}  # every node kept: the rows alone reduced
 FULL_MODEL_B64 = {wrap(blobs.get("full_model"))}
 FULL_MODEL_FILE = {lit(full["file"])}
 FULL_MODEL_SHA256 = {lit(full.get("sha256"))}  # None: not known (the model was not read)
@@ -404,10 +412,11 @@ def main(argv):
         return timed_verdict(argv)
     if any(kind == "crash" for kind, *_ in CONDITIONS) and not os.environ.get("REPRO_CHILD"):
         return crashed(argv)
-    full = "--full" in argv or (REDUCED_MODEL_B64 is None and not (ATTACHED and "reduced_model" in ATTACHED["parts"]))
+    reduced = REDUCED_INPUTS_NPZ_B64 is not None or bool(ATTACHED and "reduced_inputs" in ATTACHED["parts"])
+    full = "--full" in argv or not reduced
     args = [a for a in argv[1:] if a != "--full"]
     reference = None
-    if full:
+    if full or REDUCED_MODEL_IS_FULL:
         if args:
             model = args[0]
         elif FULL_MODEL_B64:
@@ -416,13 +425,15 @@ def main(argv):
             model = fetch_full_model()
         else:
             # the file's name is the record's: one quoted word of the line a reader pastes
-            print("give the model: %s" % shlex.join(["python", sys.argv[0], "--full", FULL_MODEL_FILE]),
+            print("give the model: %s" % shlex.join(["python", sys.argv[0], *(["--full"] if full else []),
+                                                    FULL_MODEL_FILE]),
                   file=sys.stderr)
             return 2  # a usage error, not a verdict: 1 means bad
         if isinstance(model, str) and FULL_MODEL_SHA256:
             with open(model, "rb") as f:
                 if hashlib.sha256(f.read()).hexdigest() != FULL_MODEL_SHA256:
                     print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
+    if full:
         feeds = part("full_inputs", FULL_INPUTS_NPZ_B64)
         if feeds is None:
             print("the batch is not in this script: %s" % "; ".join(NOT_EMBEDDED), file=sys.stderr)
@@ -430,8 +441,10 @@ def main(argv):
         reference = arrays(part("full_reference", FULL_REFERENCE_NPZ_B64))
         outputs, what = FULL_OUTPUTS, "full model"
     else:
-        model = part("reduced_model", REDUCED_MODEL_B64)
+        if not REDUCED_MODEL_IS_FULL:
+            model = part("reduced_model", REDUCED_MODEL_B64)
         feeds, outputs, what = part("reduced_inputs", REDUCED_INPUTS_NPZ_B64), REDUCED_OUTPUTS, "reduced model"
+        reference = arrays(part("reduced_reference", REDUCED_REFERENCE_NPZ_B64))
     feeds = arrays(feeds)
     try:
         sess = session(model)

@@ -43,28 +43,49 @@ def _own_file(directory: Path, name) -> Path | None:
     return path
 
 
-def _reduced_part(store: RunStore, embed_limit: int) -> dict | None:
-    """The reduction of this run (`bisect reduce`), when it flips and its model fits the embed limit (inputs too
-    big to embed go into the attachment).
+def _reduced_part(store: RunStore, embed_limit: int, predicate: Predicate) -> tuple[dict | None, list[str], str | None]:
+    """(the reduction of this run (`bisect reduce`) when it flips and answers `predicate`, the parts of it over the
+    embed limit (they go into the attachment), and what the report says of a reduction it does not run).
 
-    Its model and inputs are files of the run's own reduced/ directory (a link or a path out of it is not
-    followed): nothing of the machine the report is made on can be embedded through reduce.json."""
+    Its model, inputs and reference values are files of the run's own reduced/ directory (a link or a path out
+    of it is not followed): nothing of the machine the report is made on can be embedded through reduce.json.
+    A reduction that kept every node has no model of its own: the script runs the full model on its rows."""
     from harness.results.store import REDUCED
 
     reduced = RunStore(store.dir / REDUCED)
     doc = reduced.document("reduce")
-    if not doc or not doc["verified"]["flips"] or not doc["model"]["file"]:
-        return None
-    model_file, inputs_file = _own_file(reduced.dir, doc["model"]["file"]), _own_file(reduced.dir, doc["inputs"]["file"])
-    if model_file is None or inputs_file is None or model_file.stat().st_size > embed_limit:
-        return None
+    if not doc:
+        return None, [], None
+    where = f"{store.dir.name}/{REDUCED}/"
+    if not doc["verified"]["flips"]:
+        return None, [], f"the reduction in {where} does not flip when verified: not in the script."
+    if doc.get("predicate") != str(predicate):
+        return None, [], (f"the reduction in {where} answers {doc.get('predicate')}, not {predicate}: not in the "
+                          "script (bisect reduce RUN --question KEY reduces this question).")
+    if doc.get("reduced") is False:
+        return None, [], f"bisect reduce dropped no row and no node ({where}reduce.json says why): the full model is the repro."
+    names = {"model": doc["model"]["file"], "inputs": doc["inputs"]["file"],
+             "reference": (doc.get("reference") or {}).get("file") if predicate.needs_reference else None}
+    files = {k: _own_file(reduced.dir, v) if v else None for k, v in names.items()}
+    if files["inputs"] is None or (names["model"] and files["model"] is None):
+        return None, [], f"the reduction's files in {where} are not plain files of the run: not in the script."
+    if predicate.needs_reference and files["reference"] is None:
+        return None, [], (f"the reduction in {where} keeps no values its first bad release was compared with "
+                          "(reference.npz): not in the script.")
     try:
-        inputs = inputs_mod.load_npz(inputs_file)
+        inputs = inputs_mod.load_npz(files["inputs"])
+        reference = inputs_mod.load_npz(files["reference"], "reduced reference") if files["reference"] else None
     except UsageError:
-        return None
-    model = model_file.read_bytes()
-    return {"model": model, "inputs": inputs, "outputs": doc["model"]["outputs"], "nodes": doc["nodes"]["after"],
-            "of": doc["nodes"]["before"], "rows": doc["rows"]["after"], "pair": doc["pair"]}
+        return None, [], f"the reduction's arrays in {where} are not readable .npz files: not in the script."
+    model = files["model"].read_bytes() if files["model"] else None
+    over = [part for part, f in (("reduced_model", files["model"]), ("reduced_inputs", files["inputs"]),
+                                 ("reduced_reference", files["reference"])) if f and f.stat().st_size > embed_limit]
+    sources = {part: {"file": where + f.name, "bytes": f.stat().st_size, "sha256": models.file_sha256(f)}
+               for part, f in (("reduced_model", files["model"]), ("reduced_inputs", files["inputs"]),
+                               ("reduced_reference", files["reference"])) if f}
+    return ({"model": model, "inputs": inputs, "reference": reference, "outputs": doc["model"]["outputs"],
+             "nodes": doc["nodes"]["after"], "of": doc["nodes"]["before"], "rows": doc["rows"]["after"],
+             "pair": doc["pair"], "sources": sources}, over, None)
 
 
 def _model_file(manifest: dict, key: dict, embed_limit: int) -> tuple[bytes | None, str | None, str | None]:
@@ -148,15 +169,20 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
     `reference_label` in the script's words), and beside it the attachment (REPRO_BATCH) of what would make the
     script too long for a report; written in the run, or in `into` (the folder of a question of its own)."""
     notes = []
+    # the reduction carries its own reference values (those its first bad release was compared with, of its
+    # own outputs): it is judged as the run's question judges even where the full model's are not here
+    reduced, over, reduced_note = _reduced_part(store, embed_limit, predicate)
     if predicate.needs_reference and reference is None:
-        notes.append("the reference's values are not on the machine that made this report: the script judges "
-                     f"{_without_reference(predicate)}, not {predicate}.")
-        predicate = _without_reference(predicate)
-    # a reduction's outputs are other tensors than the reference's: with a reference, the repro is the full model
-    reduced = None if predicate.needs_reference else _reduced_part(store, embed_limit)
+        if reduced is None:
+            notes.append("the reference's values are not on the machine that made this report: the script judges "
+                         f"{_without_reference(predicate)}, not {predicate}.")
+            predicate = _without_reference(predicate)
+        else:
+            notes.append("the reference's values of the full model are not on the machine that made this report: "
+                         "--full gives no verdict; the reduced repro carries its own.")
     full = _full_part(manifest, key, embed_limit)
     full["reference"] = reference if predicate.needs_reference else None
-    full["notes"] += notes
+    full["notes"] += notes + ([reduced_note] if reduced_note else [])
     package = packages.of_key(key)
     title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
     blobs = repro_mod.parts(reduced, full)
@@ -176,7 +202,7 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 
     # what does not fit goes out: the arrays into the attachment (largest first), then the full model (it is the
     # user's own file: given by path), then the reduced model into the attachment
-    attached: list[str] = []
+    attached: list[str] = [p for p in over if p in blobs]  # a part over the embed limit is attached from the start
     script, data, info = make(attached)
     arrays = sorted((k for k in repro_mod.ARRAY_PARTS if k in blobs), key=lambda k: -len(blobs[k]))
     for move in [*arrays, "full_model", "reduced_model"]:
@@ -201,6 +227,28 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
         out.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
     return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
             "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
-            "reduced": {k: reduced[k] for k in ("nodes", "of", "rows", "pair")} if reduced else None,
+            "reduced": {**{k: reduced[k] for k in ("nodes", "of", "rows", "pair")},
+                        "model_is_full": reduced["model"] is None} if reduced else None,
             "predicate": str(predicate), "reference": reference is not None and predicate.needs_reference,
-            "attached": info and {**info, "bytes": len(data)}, "script": script}
+            "reduced_reference": bool(reduced and reduced.get("reference") is not None),
+            "files": _where(blobs, attached, reduced, full, manifest), "script": script,
+            "attached": info and {**info, "bytes": len(data)}}
+
+
+def _where(blobs: dict[str, bytes], attached: list[str], reduced: dict | None, full: dict, manifest: dict) -> list[dict]:
+    """What is where: each file the repro needs (its name, size and sha256; a reduction's by its path under the
+    results directory), and whether it is embedded in the script, in the attachment, or given by path."""
+    rows = []
+    for part, src in ((reduced or {}).get("sources") or {}).items():
+        rows.append({"part": part, **src, "where": REPRO_BATCH if part in attached else SCRIPT if part in blobs else None})
+    if full.get("model") is not None or full.get("sha256"):
+        data = blobs.get("full_model")
+        rows.append({"part": "full_model", "file": full["file"], "bytes": len(data) if data is not None else None,
+                     "sha256": full.get("sha256"),
+                     "where": REPRO_BATCH if "full_model" in attached else SCRIPT if data is not None else "by path"})
+    for part, name in (("full_inputs", Path(manifest["batch"]["path"]).name), ("full_reference", "reference values")):
+        if part in blobs:
+            rows.append({"part": part, "file": name, "bytes": len(blobs[part]),
+                         "sha256": hashlib.sha256(blobs[part]).hexdigest(),
+                         "where": REPRO_BATCH if part in attached else SCRIPT})
+    return rows

@@ -211,6 +211,15 @@ def reduction_summary(doc: dict) -> str:
              + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
     if doc["nodes"]["kept"]:
         lines.append("kept nodes: " + plain(", ".join(map(str, doc["nodes"]["kept"]))))
+    if doc.get("rows", {}).get("axes"):
+        lines.append("rows cut along " + plain(", ".join(f"{k} axis {a}" for k, a in doc["rows"]["axes"].items()
+                                                          if a is not None)))
+    if doc.get("reduced") is False:  # nothing dropped: the full model and batch, said so rather than "verified"
+        why = "; ".join(f"{k}: {w}" for k, w in (doc.get("not_reduced") or {}).items())
+        lines.append(f"nothing reduced: {plain(why or 'no row and no node could be dropped')}")
+        lines.append(f"the full model and batch: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; "
+                     f"{doc['probes']['made']} probes ({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
+        return "\n".join(lines)
     lines.append(f"verified: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; {doc['probes']['made']} probes "
                  f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
     return "\n".join(lines)
@@ -400,8 +409,8 @@ def diff_table(result: DiffResult) -> Group:
     lines = [f"{result.a}: {result.a_verdict} ({result.a_nan_rows} NaN rows), {result.b}: {result.b_verdict} "
              f"({result.b_nan_rows} NaN rows of {result.rows})"]
     for label, d in (("first non-finite on one side only", result.first_nonfinite_flip),
-                     ("first output beyond tolerance", result.first_divergent),
-                     ("first output not bit-identical", result.first_bits_differ)):
+                     (f"first output beyond the run's tolerance ({result.tolerance})", result.first_divergent),
+                     ("first output not bit-identical (the first node that differs)", result.first_bits_differ)):
         if d:
             lines.append(f"{label}: {d['node']} ({d['tensor']})")
     lines.append("")

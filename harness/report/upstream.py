@@ -114,6 +114,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
 
     # explanation
     expl = store.document(EXPLANATION)
+    # an explanation made under another question (another predicate or reference) does not explain this one
+    compares = predicate.needs_reference and q.reference
+    if expl is not None and expl.get("judged_by") != {"predicate": str(predicate),
+                                                      "reference": q.reference["id"] if compares else None}:
+        expl = None
     timed = bool(predicate.timed)
     if expl is None and probe and pair and not timed:  # a slowdown's why is its profile
         expl = explanation(get_plan(probed[-1]), pair.older, pair.newer, log=log)
@@ -446,9 +451,12 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
     if r["reduced"]:
         red = r["reduced"]
-        L.append(f"`{SCRIPT}` embeds a reduced repro made by ortbisect: {t(red['nodes'])} of the model's {t(red['of'])} "
-                 f"nodes (original node names kept) on {t(red['rows'])} row(s), checked good on {t(red['pair'][0])} "
-                 f"and bad on {t(red['pair'][1])} on the platform above. Only onnxruntime and numpy are needed:")
+        kept = (f"the full model's {t(red['of'])} nodes" if red.get("model_is_full") else
+                f"{t(red['nodes'])} of the model's {t(red['of'])} nodes (original node names kept)")
+        judged = " and the values its first bad release was compared with," if r.get("reduced_reference") else ""
+        L.append(f"`{SCRIPT}` holds a reduced repro made by ortbisect: {kept} on {t(red['rows'])} row(s),{judged} "
+                 f"checked good on {t(red['pair'][0])} and bad on {t(red['pair'][1])} on the platform above. Only "
+                 "onnxruntime and numpy are needed:")
     else:
         L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
     if r.get("attached"):
@@ -457,6 +465,12 @@ def _markdown(doc: dict, paste_script: bool) -> str:
               f"it holds {t(', '.join(p.replace('_', ' ') for p in a['parts']))}, too big to paste here."]
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
+    if r.get("files"):
+        L += ["", "| file | bytes | sha256 | where |", "|---|---|---|---|"]
+        for f in r["files"]:
+            size = f"{f['bytes']:,}" if isinstance(f.get("bytes"), int) else "?"
+            L.append(f"| {code(f['file'])} | {size} | {code(f['sha256']) if f.get('sha256') else '?'} | "
+                     f"{t(f.get('where') or '?')} |")
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
     # every value (a requirement, a release, the model's file name) one quoted word of the lines a reader pastes
     sh = escape.sh_line
@@ -465,7 +479,9 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         ["--full", r["model_file"]], f"the full model ({sha})")
     commands = [sh(["pip", "install", env.get("requirement") or f"onnxruntime=={version}", "numpy"])]
     if r["reduced"]:
-        commands.append(sh(["python", SCRIPT], "the reduced model", 32))
+        by_path = r["reduced"].get("model_is_full") and not r["model_embedded"] and not r["hub"]
+        commands.append(sh(["python", SCRIPT, r["model_file"]], "the reduced batch on the full model", 32) if by_path
+                        else sh(["python", SCRIPT], "the reduced model", 32))
     after, sides = [], []
     if timed and good:  # a slowdown is a comparison: the script times both releases in turn
         commands = [*commands[:1], sh(["python", "-m", "venv", "good"]) + " && "

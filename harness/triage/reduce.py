@@ -49,7 +49,7 @@ from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.graphs import surgery
 from harness.graphs.subgraph import Graph, model_bytes, needed
 from harness.metrics import probe_metrics
-from harness.models.inputs import MASK_INPUT, bad_rows, batch_rows, take_rows
+from harness.models.inputs import MASK_INPUT, axes_rows, bad_rows, batch_axes, take_rows
 from harness.probe import ProbeJob, Prober, serving
 from harness.results.store import REDUCED, WORK, RunStore, load_outputs
 from harness.search import ddmin
@@ -116,6 +116,7 @@ class Against:
     kind: str
     rows: dict[str, dict[str, np.ndarray]] | None
     batch: dict[str, np.ndarray] = field(default_factory=dict)  # the full batch: token inputs trim the rows
+    axes: dict[str, int | None] | None = None  # each output's batch axis (batch_axes of the model's outputs)
 
     def cut(self, version: str, kept: list[int] | None) -> dict[str, np.ndarray] | None:
         """The reference rows of `kept` (all rows when None), trimmed as take_rows trims the batch."""
@@ -123,7 +124,8 @@ class Against:
         if ref is None or kept is None:
             return ref
         mask = {MASK_INPUT: self.batch[MASK_INPUT]} if MASK_INPUT in self.batch else {}
-        return {k: v for k, v in take_rows({**ref, **mask}, kept).items() if k not in mask}
+        axes = None if self.axes is None else {**{k: self.axes.get(k) for k in ref}, **{k: 0 for k in mask}}
+        return {k: v for k, v in take_rows({**ref, **mask}, kept, axes).items() if k not in mask}
 
 
 NOT_COMPARED = "no reference values for this candidate (the last good release did not run it)"
@@ -252,32 +254,64 @@ class Checker:
 # --- the reduction -------------------------------------------------------------------------------
 
 
+def dims_of(values) -> dict[str, tuple | None]:
+    """Each graph input's or output's dims (an int, a name, or None), None where it has no shape."""
+    found = {}
+    for vi in values:
+        tt = vi.type.tensor_type
+        found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                               for d in tt.shape.dim) if tt.HasField("shape") else None
+    return found
+
+
+def row_axes(model: onnx.ModelProto, arrays: dict[str, np.ndarray]
+             ) -> tuple[dict[str, int | None] | None, dict[str, int | None] | None]:
+    """(each input's batch axis, each output's) as the model's dims show them (batch_axes); the outputs' by the
+    same named dim as the inputs' (axis 0 when the dims name none)."""
+    ins = dims_of(model.graph.input)
+    axes = batch_axes(ins, arrays)
+    if axes is None:
+        return None, None
+    names = {ins[k][a] for k, a in axes.items() if a is not None and ins.get(k) and isinstance(ins[k][a], str)}
+    outs = {}
+    for name, d in dims_of(model.graph.output).items():
+        at = [i for i, x in enumerate(d or ()) if x in names] if names else [0]
+        outs[name] = at[0] if at else None
+    return axes, outs
+
+
 def reduce_rows(checker: Checker, model: Path, arrays: dict[str, np.ndarray], hints: list[int],
-                outputs: tuple[str, ...] = ()) -> list[int]:
-    """The fewest rows that still flip: B's bad rows alone first, then ddmin over every row. Every row, when
-    the inputs share no row axis (batch_rows): cutting one input's first axis would only make a batch the
-    model refuses."""
-    count = batch_rows(arrays)
+                outputs: tuple[str, ...] = (), axes: dict[str, int | None] | None = None
+                ) -> tuple[list[int], str | None]:
+    """(the fewest rows that still flip, why no row could be dropped or None): B's bad rows alone first, then
+    ddmin over every row, cut along each input's batch axis (`axes`, as the model's dims show it). Every row,
+    when the inputs have no batch axis: cutting one input's first axis would only make a batch the model
+    refuses."""
+    count = axes_rows(arrays, axes) if axes is not None else None
     if count is None:
         count = max((v.shape[0] for v in arrays.values() if v.ndim), default=1)
-        checker.log("rows: the inputs share no row axis (a scalar, or a batch that is not axis 0): all rows kept")
-        return list(range(count))
+        why = "the model's dims show no batch axis the inputs share"
+        checker.log(f"rows: {why}: all rows kept")
+        return list(range(count)), why
+    if count == 1:
+        return [0], "the batch has one row"
     rows = list(range(count))
 
     def flips(subset: list[int]) -> bool:
-        return checker.flips(model, take_rows(arrays, sorted(subset)), outputs, sorted(subset))
+        return checker.flips(model, take_rows(arrays, sorted(subset), axes), outputs, sorted(subset))
 
     for r in hints:
         checker.log(f"rows: trying row {r} alone")
         if flips([r]):
-            return [r]
+            return [r], None
     checker.log(f"rows: delta debugging over {len(rows)} rows")
-    return sorted(ddmin(rows, flips))
+    kept = sorted(ddmin(rows, flips))
+    return kept, (f"no row of the {count} can be dropped: fewer do not flip" if len(kept) == count else None)
 
 
 def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[str, np.ndarray],
-                 target: str) -> tuple[onnx.ModelProto, dict[str, np.ndarray]] | None:
-    """The smallest subgraph (and its inputs) that still flips, or None when no cut does.
+                 target: str) -> tuple[tuple[onnx.ModelProto, dict[str, np.ndarray]] | None, str | None]:
+    """(the smallest subgraph and its inputs that still flips, or None and why no cut does).
 
     Output candidates are the float tensors `target` (the checked model output)
     depends on. After the output and input cuts, whole branches are pruned
@@ -285,7 +319,7 @@ def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[
     """
     candidates = [i for i in graph.ancestors(target) if graph.float_output(i)]
     if not candidates:
-        return None
+        return None, f"{target} depends on no floating-point tensor a cut could end at"
 
     def out_flips(k: int) -> bool:
         out = graph.float_output(candidates[k])
@@ -293,7 +327,7 @@ def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[
 
     last = len(candidates) - 1
     if not out_flips(last):
-        return None
+        return None, f"the model cut to the nodes {target} depends on does not flip"
     checker.log(f"nodes: moving the output earlier over {len(candidates)} candidate tensors")
     output = graph.float_output(candidates[first_true(0, last, out_flips)])
     upstream = graph.ancestors(output)
@@ -322,11 +356,12 @@ def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[
 
     checker.log(f"nodes: moving the inputs later over {len(upstream)} cuts")
     if not attempt(from_start(0)):
-        return None
+        return None, "no cut fed with the values captured on the last good release flips"
     j = last_true(0, len(upstream) - 1, lambda j: attempt(from_start(j)))
     # the linear finish: one inner tensor fed at a time, whole branches first, then single nodes
     keep = prune_branches(graph, from_start(j), output, attempt, checker.log)
-    return results[tuple(keep)]
+    found = results[tuple(keep)]
+    return found, (None if len(found[0].graph.node) < len(graph.nodes) else "every node is needed to flip")
 
 
 def prune_branches(graph: Graph, keep: list[int], output: str, attempt: Callable[[list[int]], bool],
@@ -334,7 +369,7 @@ def prune_branches(graph: Graph, keep: list[int], output: str, attempt: Callable
     """Feed one inner tensor at a time, dropping the branch that made it, largest branch first."""
     tried: set[str] = set()
     while True:
-        inner = {t for i in keep for t in graph.nodes[i].input if t and graph.producer.get(t) in set(keep)}
+        inner = {t for i in keep for t in graph.reads[i] if graph.producer.get(t) in set(keep)}
         options = sorted(((len(keep) - len(needed(graph, keep, output, {t})), t) for t in inner - tried), reverse=True)
         options = [(gain, t) for gain, t in options if gain > 0]
         if not options:
@@ -376,24 +411,36 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
     reference (its rows kept beside the reduced batch, reference.npz); `question`: its document and key."""
     t0 = time.perf_counter()
     checker = Checker(plan, good, bad, store, log, against, (question or {}).get("key"))
-    nodes = nodes and (against is None or against.rows is None)  # a file's or the fp32 model's values are of the model's outputs
+    why_not = {}  # what could not be reduced, and why
+    if not nodes:
+        why_not["nodes"] = "only rows were asked (--rows-only)"
+    elif against is not None and against.rows is not None:
+        why_not["nodes"] = f"the question compares the model's outputs with {against.label}: only rows are reduced"
+        nodes = False
     model_path = Path(plan.job.model)
     outputs = tuple(plan.job.outputs)
-    whole = batch_rows(arrays) is None  # no row axis: the batch is kept as it is (reduce_rows)
+    graph = Graph.load(model_path)
+    axes, out_axes = row_axes(graph.model, arrays)
+    whole = axes is None or axes_rows(arrays, axes) is None  # no batch axis: the batch is kept as it is
+    if against is not None:
+        against.axes = out_axes
     if known:
         checker.known(model_path, arrays, known)
     if not checker.flips(model_path, arrays, outputs):
         raise NoFlip(f"the full model does not flip between {good.version} and {bad.version} on this target")
-    hints = bad_rows(bad_outputs or {}, list(outputs) or None)
-    rows = reduce_rows(checker, model_path, arrays, hints, outputs)
-    kept = arrays if whole else take_rows(arrays, rows)
-    graph = Graph.load(model_path)
+    hints = bad_rows(bad_outputs or {}, list(outputs) or None, out_axes) if out_axes is not None else []
+    rows, why_rows = reduce_rows(checker, model_path, arrays, hints, outputs, None if whole else axes)
+    if why_rows:
+        why_not["rows"] = why_rows
+    kept = arrays if whole else take_rows(arrays, rows, axes)
     reduced_model, reduced_inputs = None, kept
     positions = {"before": None, "after": None}
     if nodes:
         target = outputs[0] if outputs else graph.model.graph.output[0].name
-        found = reduce_nodes(checker, graph, model_path, kept, target)
-        if found is not None:
+        found, why_nodes = reduce_nodes(checker, graph, model_path, kept, target)
+        if why_nodes:
+            why_not["nodes"] = why_nodes
+        if found is not None and not why_nodes:
             reduced_model, reduced_inputs = found
             if MASK_INPUT in arrays:  # token inputs: axis 1 of the fed tensors is the sequence
                 positions["before"] = sequence_length(reduced_inputs)
@@ -413,10 +460,14 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
                      "file": ref_file.name if ref_file else None,
                      "values": (f"the outputs of {good.version} on the reduced model and inputs" if against.rows is None
                                 else f"the rows kept of {against.label}" + (f" on {bad.version}" if against.kind == "fp32" else ""))}
+    before = len(rows) if whole else axes_rows(arrays, axes)
+    reduced_any = len(rows) < before or reduced_model is not None or positions["after"] != positions["before"]
     doc = {
         "kind": "reduce",
         "pair": [good.version, bad.version],
-        "rows": {"before": len(rows) if whole else batch_rows(arrays), "after": len(rows), "kept": rows},
+        "rows": {"before": before, "after": len(rows), "kept": rows, "axes": None if whole else axes},
+        "reduced": reduced_any,
+        "not_reduced": None if reduced_any else why_not,
         "positions": positions,
         "nodes": {"before": len(graph.nodes),
                   "after": len(reduced_model.graph.node) if reduced_model is not None else len(graph.nodes),
