@@ -145,13 +145,8 @@ def collect(run_doc: dict, results_dir: Path, ctx: Context, run_rc: int | None =
     if ctx.native and ctx.explain and not t.timed:
         timed(_diff, t, results_dir, ctx, p)  # before the report too: its "What changed" reads the pair's traces
     report = timed(_report, t, results_dir, ctx, p, reduced)
-    if report is not None:
-        # a release the report probed itself (the newest) holds the verdict it gave under the question
-        newest = report.get("newest") or {}
-        if newest.get("version") and newest.get("verdict") in ("good", "bad"):
-            t.elsewhere[newest["version"]] = newest["verdict"]
-        if ctx.native:
-            timed(_repro, t, results_dir, ctx, p, report, reduced)
+    if report is not None and ctx.native:
+        timed(_repro, t, results_dir, ctx, p, report, reduced)
     timed(_blame, t, results_dir, ctx, p)
     timed(_drift, t, results_dir, ctx, p)
     timed(_dashboard, t, results_dir, ctx, p)
@@ -230,6 +225,9 @@ def _report(t: Truth, results: Path, ctx: Context, p: Problems, reduced: dict | 
     if reduced is not None:
         repro = doc.get("repro") or {}
         p.check(a, bool(repro.get("reduced")), "reduce verified a reduction, the repro does not carry it")
+    newest = doc.get("newest") or {}
+    if newest.get("version") and newest.get("verdict") in ("good", "bad"):  # the report probed it itself
+        t.elsewhere[newest["version"]] = newest["verdict"]
     _markdown(t, results / t.run_id / "report.md", p)
     return doc
 
@@ -287,7 +285,7 @@ def _commands(t: Truth, md: str, p: Problems) -> None:
         p.check(a, set(installs) <= named, f"installs {installs}, the boundary is {sorted(named)}")
         p.check(a, t.bad_side in installs, f"installs {installs}, not the bad side {t.bad_side}")
     else:
-        in_range = set(t.releases) | set(t.verdicts)
+        in_range = set(t.releases) | set(t.verdicts) | set(t.elsewhere)
         p.check(a, set(installs) <= in_range, f"installs {installs}, outside the run's releases")
 
 
