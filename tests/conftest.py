@@ -132,7 +132,8 @@ def residual_overflow(tmp_path_factory) -> tuple[Path, Path]:
 # Test files by their measured share of the suite (`--durations`, seconds of one full run), longest first.
 # With files spread over processes (pytest-xdist, one file per process at a time) the long files must start
 # at once and the short ones fill the gaps; a long file handed out last is the suite's tail.
-LONGEST_FIRST = ["test_reduce.py", "test_upstream.py", "test_docker_pool.py", "test_gemma300m.py", "test_matrix.py",
+LONGEST_FIRST = ["test_conformance.py", "test_reduce.py", "test_upstream.py", "test_docker_pool.py", "test_gemma300m.py",
+                 "test_matrix.py",
                  "test_run.py", "test_embedded_real.py", "test_runners_real.py", "test_fewrows.py", "test_workflow.py",
                  "test_packages_real.py", "test_verdicts_real.py",
                  "test_explain.py", "test_hub.py", "test_triage.py", "test_dashboard.py", "test_trace.py",

@@ -1,0 +1,162 @@
+"""Conformance: for each mode x question x target, every artifact of a real run agrees with the run.
+
+Each combination runs `bisect run` once (module fixtures, the shared test cache's environments), checks the run
+names the boundary measured for it (or truly none), then applies the one assertion of tests/conformance.py to the
+report (JSON and markdown), repro.py (reduced and --full), reduce, diff, blame, drift and the dashboard row.
+
+Real models nobody here built, fetched at test time from the package registry with uv (wheels only, no
+dependencies, pinned, kept in the test cache under realmodels/):
+
+- silero-vad 6.2.3, `silero_vad/data/silero_vad.onnx`: a recurrent voice-activity model with `If` subgraphs,
+  inputs `input` [N, 512], `state` [2, N, 128] (its batch on axis 1) and a scalar `sr`. Measured: its outputs
+  are bit-identical on 1.19.0 .. 1.20.1 and change (by 8.3e-6) at 1.21.0, then stay put up to 1.32.0.
+- magika 1.0.3, `magika/models/standard_v3_3/model.onnx`: a file-type classifier (int32 bytes [N, 2048] in,
+  ai.onnx.ml ops). Measured: bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on.
+- onnx 1.19.1, `onnx/backend/test/data/node/test_rotary_embedding/` (model.onnx and its input_*.pb): a
+  RotaryEmbedding of opset 23. Measured: releases up to 1.22.1 refuse to load it, 1.23.0 and later run it.
+
+Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on) and, under QEMU, residual_overflow (NaN on
+aarch64 with fp16 arithmetic from 1.24.1 on).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import builders
+import numpy as np
+import pytest
+from conformance import Context, check_agrees
+
+pytestmark = pytest.mark.release
+
+PINNED = {"silero-vad": "6.2.3", "magika": "1.0.3", "onnx": "1.19.1"}
+FILES = {"silero": ("silero-vad", "silero_vad/data/silero_vad.onnx"),
+         "magika": ("magika", "magika/models/standard_v3_3/model.onnx"),
+         "rotary": ("onnx", "onnx/backend/test/data/node/test_rotary_embedding/model.onnx")}
+
+
+def _wheel(cache_dir: Path, package: str) -> Path:
+    """The package's wheel unpacked (no dependencies) under the test cache, installed once under a lock."""
+    from harness.releases.uvtool import uv
+    from harness.results.locking import file_lock
+
+    version = PINNED[package]
+    root = cache_dir / "realmodels"
+    target = root / f"{package}-{version}"
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / f"{package}-{version}.lock"):
+        if not (target / ".made").exists():
+            subprocess.run(["rm", "-rf", str(target)], check=True)
+            uv("pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target),
+               f"{package}=={version}", what=f"installing {package}=={version}")
+            (target / ".made").touch()
+    return target
+
+
+def _pb_batch(model_dir: Path, dest: Path) -> Path:
+    """The onnx backend test's input_*.pb as one .npz keyed by the model's input names."""
+    import onnx
+    from onnx import numpy_helper
+
+    names = [i.name for i in onnx.load(model_dir / "model.onnx", load_external_data=False).graph.input]
+    arrays = {}
+    for i, name in enumerate(names):
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString((model_dir / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        arrays[name] = numpy_helper.to_array(tensor)
+    np.savez(dest, **arrays)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
+    """Each model's file and a batch for it."""
+    d = tmp_path_factory.mktemp("conformance-models")
+    rng = np.random.default_rng(0)
+    rows = 4
+    audio = (rng.standard_normal((rows, 512)) * 0.1).astype(np.float32)
+    np.savez(d / "silero.npz", input=audio, state=np.zeros((2, rows, 128), np.float32), sr=np.array(16000, np.int64))
+    np.savez(d / "magika.npz", bytes=rng.integers(0, 257, (rows, 2048)).astype(np.int32))
+    out = {}
+    for name, (package, path) in FILES.items():
+        model = _wheel(cache_dir, package) / path
+        batch = _pb_batch(model.parent, d / f"{name}.npz") if name == "rotary" else d / f"{name}.npz"
+        out[name] = (model, batch)
+    out["residual_norm"] = (builders.save(builders.residual_norm_model(), d / "residual_norm.onnx"), d / "rn.npz")
+    np.savez(d / "rn.npz", **builders.residual_norm_inputs())
+    return out
+
+
+def _outputs_on(python: Path, model: Path, batch: Path, dest: Path) -> Path:
+    """The model's outputs on the release of `python` (a fresh environment), saved as a reference file."""
+    code = ("import sys, numpy as np, onnxruntime as ort; s = ort.InferenceSession(sys.argv[1], "
+            "providers=['CPUExecutionProvider']); f = dict(np.load(sys.argv[2])); "
+            "np.savez(sys.argv[3], **dict(zip([o.name for o in s.get_outputs()], s.run(None, f))))")
+    subprocess.run([str(python), "-c", code, str(model), str(batch), str(dest)], check=True, capture_output=True)
+    return dest
+
+
+# id: (model, mode, question args, from, to, the boundary measured for it or None)
+COMBINATIONS = {
+    "silero-regression-abs-diff-vs-release": ("silero", "regression", ("--bad-if", "abs-diff>0",
+                                              "--reference-release", "1.20.1"), "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
+    "silero-fix-abs-diff-vs-release": ("silero", "fix", ("--bad-if", "abs-diff>0", "--reference-release", "1.21.0"),
+                                       "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
+    "magika-regression-abs-diff-vs-file": ("magika", "regression", ("--bad-if", "abs-diff>0", "--reference",
+                                           "FILE:1.20.1"), "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
+    "magika-fix-abs-diff-vs-file": ("magika", "fix", ("--bad-if", "abs-diff>0", "--reference", "FILE:1.21.0"),
+                                    "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
+    "rotary-fix-error": ("rotary", "fix", ("--bad-if", "error"), "1.22.1", "1.23.0", ("1.22.1", "1.23.0")),
+    "rotary-regression-error": ("rotary", "regression", ("--bad-if", "error"), "1.22.1", "1.23.0", None),
+    "magika-regression-cosine-vs-release": ("magika", "regression",
+                                            ("--bad-if", "cosine<0.999", "--reference-release", "1.20.1"),
+                                            "1.20.1", "1.21.0", None),
+    "silero-regression-nan-or-inf": ("silero", "regression", ("--bad-if", "nan-or-inf"), "1.20.1", "1.21.0", None),
+    "silero-regression-slower": ("silero", "regression", ("--bad-if", "slower>1.5", "--time-budget", "10"), "1.20.1",
+                                 "1.21.0", None),
+    "residual_norm-regression-nan-or-inf": ("residual_norm", "regression", ("--bad-if", "nan-or-inf"), "1.19.2",
+                                            "1.20.0", ("1.19.2", "1.20.0")),
+    "residual_norm-fix-nan-or-inf": ("residual_norm", "fix", ("--bad-if", "nan-or-inf"), "1.19.2", "1.20.0", None),
+}
+
+
+def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results, extra=()):
+    asked = []
+    for arg in question:  # a reference file: the model's outputs on that release, made here
+        if arg.startswith("FILE:"):
+            version = arg.removeprefix("FILE:")
+            arg = str(_outputs_on(fresh_python(version), model, batch, results.parent / f"reference-{version}.npz"))
+        asked.append(arg)
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", first, "--to", last, "--mode", mode,
+               *asked, *extra, "--json", results=results)
+    assert r.returncode in (0, 3), r.stderr
+    return r
+
+
+@pytest.mark.parametrize("combination", list(COMBINATIONS))
+def test_every_artifact_agrees_with_the_run(combination, models, bisect, fresh_python, tmp_path_factory):
+    name, mode, question, first, last, boundary = COMBINATIONS[combination]
+    model, batch = models[name]
+    results = tmp_path_factory.mktemp(combination) / "results"
+    r = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results)
+    doc = r.json()
+    older, newer = ("last_good", "first_bad") if mode == "regression" else ("last_bad", "first_good")
+    assert doc["mode"] == mode
+    assert (doc.get(older), doc.get(newer)) == (boundary or (None, None)), doc["message"]  # measured, see above
+    check_agrees(doc, results, Context(bisect, fresh_python, model, batch), run_rc=r.returncode)
+
+
+@pytest.mark.qemu
+def test_every_artifact_agrees_with_an_emulated_aarch64_run(residual_overflow, bisect, fresh_python, tmp_path):
+    """Under QEMU: what can be read without running aarch64 code here (the report, drift, the dashboard)."""
+    model, batch = residual_overflow
+    results = tmp_path / "results"
+    extra = ("--arch", "aarch64", "--backend", "qemu")
+    r = _bisect_run(bisect, fresh_python, model, batch, "regression", ("--bad-if", "nan-or-inf"), "1.23.2", "1.24.1",
+                    results, extra)
+    doc = r.json()
+    assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1"), doc["message"]
+    check_agrees(doc, results, Context(bisect, fresh_python, model, batch, native=False, explain=False,
+                                       extra_run_args=extra), run_rc=r.returncode)
