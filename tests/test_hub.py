@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import shutil
 import json
 import os
 import subprocess
@@ -166,3 +167,39 @@ def test_report_of_a_hub_model_fetches_it_by_revision_and_names_no_local_path(bi
     for text in (rep.stdout, script):
         for local in (str(tmp_path), str(bisect.cache_dir), str(Path.home()), "/tmp/", "/root/"):
             assert local not in text, local
+
+
+def _unreachable_hub(hub: Path) -> dict:
+    """A hub endpoint nothing listens on (loopback, a closed port: refused at once), HF_HUB_OFFLINE unset."""
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_OFFLINE"}
+    return {**env, "HF_HUB_CACHE": str(hub), "HF_ENDPOINT": "http://127.0.0.1:9"}
+
+
+def test_the_mission_command_without_the_hub_is_one_line_naming_what_works_here(tmp_path, listing):
+    """No hub and no cached export: one line, exit 2, that names the embedded models and --model PATH; none of
+    huggingface_hub's retry warnings (five per file, about 25 s, before this)."""
+    cache = tmp_path / "cache"
+    shutil.copytree(listing, cache / "index")
+    r = subprocess.run([sys.executable, "-m", "harness.cli", "run", "--model", "embeddinggemma", "--from", "1.19.0",
+                        "--to", "1.30.0", "--cache-dir", str(cache), "--results-dir", str(tmp_path / "r")],
+                       capture_output=True, text=True, env=_unreachable_hub(tmp_path / "empty-hub"), timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert "the hub cannot be reached" in lines[0] and "--model PATH" in lines[0]
+    from harness.models.registry import registered
+    for name, spec in registered().items():
+        if spec.source == "generated":
+            assert name in lines[0]
+
+
+def test_with_the_export_in_the_hub_cache_it_runs_without_the_hub(tmp_path):
+    """The pinned files in the hub cache are taken from it before the hub is asked: an unreachable hub (and no
+    HF_HUB_OFFLINE) still resolves the model."""
+    hub = hub_cache(tmp_path / "hub", SPEC.revision)
+    code = ("from pathlib import Path; from harness.models import registry as m; "
+            f"print(m.resolve('embeddinggemma', Path({str(tmp_path / 'cache')!r})).path)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_unreachable_hub(hub),
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert Path(r.stdout.strip()).is_file()

@@ -149,33 +149,61 @@ def resolve(model: str, cache_dir: Path, offline: bool = False) -> ResolvedModel
     raise UsageError(f"model {spec.name}: unknown source {spec.source!r}")
 
 
+HUB_TIMEOUT_S = 3.0  # one try to reach the hub before falling back to its cache
+
+
+def hub_reachable() -> bool:
+    """Whether the hub answers at all, asked once with a short timeout (through the proxies huggingface_hub
+    uses): unreachable, hf_hub_download would retry each file for about 25 s before failing."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=HUB_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - any failure to connect means the same: work from the cache
+        return False
+    return True
+
+
 def fetch_hub(spec: ModelSpec, offline: bool = False) -> dict[str, Path]:
     """Download (or find in the huggingface_hub cache) every file of a hub model at its pinned commit.
 
-    `offline` (or HF_HUB_OFFLINE) takes them from the huggingface_hub cache only.
+    `offline` (or HF_HUB_OFFLINE, or a hub that does not answer) takes them from the huggingface_hub cache only.
     """
     if not spec.revision or not COMMIT.fullmatch(spec.revision):
         raise UsageError(f"model {spec.name}: revision {spec.revision!r} is not a pinned 40-hex commit; refusing to fetch")
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # its retry warnings are noise: the one line below says what happened
     offline = offline or os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
     names = [spec.model_file, *spec.extra_files] + ([spec.tokenizer_file] if spec.tokenizer_file else [])
     files = {}
     for name in names:
         try:
-            path = Path(hf_hub_download(spec.repo, name, revision=spec.revision, local_files_only=offline))
+            path = Path(hf_hub_download(spec.repo, name, revision=spec.revision, local_files_only=True))
         except LocalEntryNotFoundError:
-            raise UsageError(
-                f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache "
-                "and the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network)"
-            ) from None
-        except (HfHubHTTPError, OSError) as exc:
-            raise UsageError(f"model {spec.name}: cannot fetch {name}: {exc}".splitlines()[0]) from None
+            if offline or not hub_reachable():
+                raise UsageError(_not_cached(spec, name)) from None
+            try:
+                path = Path(hf_hub_download(spec.repo, name, revision=spec.revision))
+            except LocalEntryNotFoundError:
+                raise UsageError(_not_cached(spec, name)) from None
+            except (HfHubHTTPError, OSError) as exc:
+                raise UsageError(f"model {spec.name}: cannot fetch {name}: {exc}".splitlines()[0]) from None
         if f"/snapshots/{spec.revision}/" not in path.as_posix():
             raise UsageError(f"model {spec.name}: {name} resolved outside revision {spec.revision[:12]}: {path}")
         files[name] = path
     return files
+
+
+def _not_cached(spec: ModelSpec, name: str) -> str:
+    """The one line for a hub model that is neither cached nor reachable: what works without the hub."""
+    generated = [n for n, s in registered().items() if s.source == "generated"]
+    return (f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache and "
+            f"the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network); without it, try an embedded "
+            f"model ({', '.join(generated)}) or --model PATH to a copy of the export")
 
 
 def hub_probe_copy(spec: ModelSpec, files: dict[str, Path], cache_dir: Path) -> Path:
