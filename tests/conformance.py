@@ -118,6 +118,7 @@ class Context:
     native: bool = True  # the run's probes ran on this machine's arch: repro and traces can run here
     explain: bool = True  # trace the pair (report's "What changed", `diff`); off under emulation
     extra_run_args: tuple[str, ...] = ()
+    question_args: tuple[str, ...] = ()  # the run's --bad-if and reference, as given to it: diff asks the same
 
 
 def check_agrees(run_doc: dict, results_dir: Path, ctx: Context, run_rc: int | None = None) -> Problems:
@@ -351,11 +352,18 @@ def _reduce(t: Truth, results: Path, ctx: Context, p: Problems) -> dict | None:
     if not t.found:
         p.check(a, proc.returncode in (2, 3), f"exit {proc.returncode} without a boundary: {_said(proc)}")
         return None
-    p.check(a, proc.returncode in (0, 3), f"exit {proc.returncode} on a boundary that flips: {_said(proc)}")
+    # documented: 0 a verified reduction, 4 nothing could be reduced (said, with why), 3 none verified
+    p.check(a, proc.returncode in (0, 3, 4), f"exit {proc.returncode} on a boundary that flips: {_said(proc)}")
+    if proc.returncode == 4:
+        p.check(a, "nothing reduced" in said or (doc is not None and doc.get("reduced") is False
+                                                 and bool(doc.get("not_reduced"))),
+                f"exit 4 without saying it reduced nothing, and why: {_said(proc)}")
+        return None
     if proc.returncode != 0 or doc is None:
         return None
-    pair = doc.get("pair")
-    p.check(a, pair == [t.older, t.newer], f"reduced the pair {pair}, the run's boundary is {[t.older, t.newer]}")
+    pair = doc.get("pair")  # good side first, as reduce.json names it: a fix's is [first good, last bad]
+    p.check(a, pair == [t.good_side, t.bad_side],
+            f"reduced the pair {pair}, the run's (good, bad) is {[t.good_side, t.bad_side]}")
     verified = (doc.get("verified") or {})
     got = verified.get("verdicts") or {}
     p.check(a, verified.get("flips") is True and all(got.get(v) == t.verdicts[v] for v in t.sides),
@@ -382,7 +390,8 @@ def _diff(t: Truth, results: Path, ctx: Context, p: Problems) -> None:
         return
     old, new = t.sides
     proc = _cli(ctx, "diff", old, new, "--model", str(ctx.model), "--inputs", str(ctx.inputs), "--cache-dir",
-                str(ctx.bisect.cache_dir), "--results-dir", str(results), *ctx.extra_run_args, "--json")
+                str(ctx.bisect.cache_dir), "--results-dir", str(results), *ctx.extra_run_args, *ctx.question_args,
+                "--json")
     doc = _json_of(proc)
     if doc is None:
         p.check(a, False, f"exit {proc.returncode}: {_said(proc)}")
@@ -394,9 +403,10 @@ def _diff(t: Truth, results: Path, ctx: Context, p: Problems) -> None:
         p.check(a, "agree within tolerance" not in (doc.get("explanation") or ""),
                 f"says {doc.get('explanation')!r} of a pair the run judges apart")
     first = (doc.get("first_bits_differ") or {}).get("node")
-    named = re.search(r"first node whose output differs[^.]*?`([^`]+)`", doc.get("explanation") or "")
-    if first and named:
-        p.check(a, named.group(1) == first, f"the sentence names {named.group(1)}, the bit-exact comparison {first}")
+    named = re.search(r"`([^`]+)` \([^)]*\) is the first node whose output differs", doc.get("explanation") or "")
+    if first and "first node whose output differs" in (doc.get("explanation") or ""):
+        p.check(a, named is not None and named.group(1) == first,
+                f"the sentence names {named.group(1) if named else 'no node'}, the bit-exact comparison {first}")
 
 
 # -- blame ---------------------------------------------------------------------------------------------------
@@ -424,8 +434,10 @@ def _blame(t: Truth, results: Path, ctx: Context, p: Problems) -> None:
     for v in t.sides:
         p.check(a, plain.get(v) == t.verdicts[v], f"{v} unmodified is {plain.get(v)!r}, the run says {t.verdicts[v]!r}")
     named = bool(doc.get("transformers")) or bool((doc.get("kernels") or {}).get("nodes"))
-    # documented: 0 something named (a transformer set that flips the bad side, or a kernel that changed), 3 none
-    p.check(a, proc.returncode == (0 if named else 3),
+    # documented: 0 something named (a transformer set that flips the bad side, or a kernel that changed), 4 the
+    # pair flips and nothing is named, 3 the pair does not flip here
+    flips = plain.get(t.good_side) == "good" and plain.get(t.bad_side) == "bad"
+    p.check(a, proc.returncode == (0 if named else 4 if flips else 3),
             f"exit {proc.returncode} with {'something' if named else 'nothing'} named: {_said(proc)}")
 
 

@@ -132,7 +132,7 @@ def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last,
     r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", first, "--to", last, "--mode", mode,
                *asked, *extra, "--json", results=results)
     assert r.returncode in (0, 3), r.stderr
-    return r
+    return r, tuple(a for a in asked if a not in ("--time-budget", "10"))
 
 
 @pytest.mark.parametrize("combination", list(COMBINATIONS))
@@ -140,12 +140,12 @@ def test_every_artifact_agrees_with_the_run(combination, models, bisect, fresh_p
     name, mode, question, first, last, boundary = COMBINATIONS[combination]
     model, batch = models[name]
     results = tmp_path_factory.mktemp(combination) / "results"
-    r = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results)
+    r, asked = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results)
     doc = r.json()
     older, newer = ("last_good", "first_bad") if mode == "regression" else ("last_bad", "first_good")
     assert doc["mode"] == mode
     assert (doc.get(older), doc.get(newer)) == (boundary or (None, None)), doc["message"]  # measured, see above
-    check_agrees(doc, results, Context(bisect, fresh_python, model, batch), run_rc=r.returncode)
+    check_agrees(doc, results, Context(bisect, fresh_python, model, batch, question_args=asked), run_rc=r.returncode)
 
 
 @pytest.mark.qemu
@@ -154,8 +154,8 @@ def test_every_artifact_agrees_with_an_emulated_aarch64_run(residual_overflow, b
     model, batch = residual_overflow
     results = tmp_path / "results"
     extra = ("--arch", "aarch64", "--backend", "qemu")
-    r = _bisect_run(bisect, fresh_python, model, batch, "regression", ("--bad-if", "nan-or-inf"), "1.23.2", "1.24.1",
-                    results, extra)
+    r, _ = _bisect_run(bisect, fresh_python, model, batch, "regression", ("--bad-if", "nan-or-inf"), "1.23.2",
+                       "1.24.1", results, extra)
     doc = r.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.23.2", "1.24.1"), doc["message"]
     check_agrees(doc, results, Context(bisect, fresh_python, model, batch, native=False, explain=False,

@@ -25,6 +25,11 @@ trace_options = compose(
     click.option("--budget-mb", type=click.IntRange(min=1), default=DEFAULT_TRACE_BUDGET_MB, show_default=True,
                  help="Megabytes (MiB) of exposed tensors per pass: bounds the worker's memory above the model's own."),
     click.option("--refresh", is_flag=True, help="Trace again even if the run already holds a trace."),
+    # a run's question, so that its traces are judged as the run judged the releases
+    click.option("--bad-if", "bad_if", multiple=True, metavar="WHEN",
+                 help="Judge the traced outputs as this question does (default nan-or-inf), as `bisect run` takes it."),
+    click.option("--reference", metavar="FILE.npz|fp32", help="The question's reference: reference outputs, or fp32."),
+    click.option("--reference-release", metavar="V", help="The question's reference: the outputs of release V."),
     json_option,
 )
 

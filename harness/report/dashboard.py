@@ -255,8 +255,8 @@ table.grid{border-collapse:collapse;font-size:12px}
 .grid td.none{background:#f3f3f3;color:#999}
 .v.good{background:#2e7d32}.v.bad{background:#c62828}.v.skip{background:#f9a825;color:#222}
 .v.error{background:#8e24aa}.v.crash{background:#6a1b9a}.v.timeout{background:#ad1457}.v.nondeterministic{background:#00838f}.v.inconclusive{background:#757575}
-td.first-bad{outline:3px solid #111;outline-offset:-3px;font-weight:bold}
-td.first-bad::before{content:"▶";font-size:9px}
+td.first-bad,td.first-good{outline:3px solid #111;outline-offset:-3px;font-weight:bold}
+td.first-bad::before,td.first-good::before{content:"▶";font-size:9px}
 td.v a{color:inherit}
 td.flip::after{content:"▲";font-size:8px}
 .nan{display:block;font-size:10px}
@@ -318,9 +318,9 @@ def _cell_html(version: str, c: dict | None, row: Row, report_href: str | None) 
         return f'<td class="v none" data-version="{e(version)}" data-verdict="" title="not probed">·</td>'
     verdict = c["verdict"]
     classes = ["v", verdict]
-    boundary = version == row.first_bad
+    boundary = version == (row.first_good if row.mode == "fix" else row.first_bad)
     if boundary:
-        classes.append("first-bad")
+        classes.append("first-good" if row.mode == "fix" else "first-bad")
     if version in row.flips:
         classes.append("flip")
     title = (f"{row.model} · {row.target} · {version}: {WORDS.get(verdict, verdict)} — {c.get('why') or ''}; "
@@ -328,7 +328,8 @@ def _cell_html(version: str, c: dict | None, row: Row, report_href: str | None) 
     if version in row.flips:
         title += f"; changed from {row.flips[version]} at the previous release"
     if boundary:
-        title += f"; first bad release (last good {row.last_good})"
+        title += (f"; first good release: fixed (last bad {row.last_bad})" if row.mode == "fix"
+                  else f"; first bad release (last good {row.last_good})")
     body = e(SYMBOLS.get(verdict, "?"))
     if boundary and report_href:
         body = f'<a href="{report_href}" title="the upstream report">{body}</a>'
@@ -409,9 +410,12 @@ def _costs_html(r: Row, versions: list[str]) -> list[str]:
 def _boundary_html(r: Row, report_href: str | None) -> str:
     if r.skipped:
         return _skipped_html(r)
-    if not r.first_bad:
+    if r.mode == "fix" and r.first_good:
+        text = f"fixed in {e(r.first_good)} <span class=\"note\">(last bad {e(r.last_bad)})</span>"
+    elif r.first_bad:
+        text = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>"
+    else:
         return "—"
-    text = f"{e(r.first_bad)} <span class=\"note\">(last good {e(r.last_good)})</span>"
     if report_href:
         return f'{text}<br><a class="report" href="{report_href}">upstream report</a>'
     return f'{text}<br><span class="note">no report yet: <code>{e(escape.sh_line(["bisect", "report", r.run_id]))}</code></span>'
@@ -501,7 +505,8 @@ def _model_section(model: str, rows: list[Row], n: int) -> str:
         if expl:
             text = expl if isinstance(expl, str) else json.dumps(expl, indent=1, default=str)
             out.append(f'<div class="explanation" data-run="{e(r.run_id)}"><b>{e(r.target)}: '
-                       f"{e(r.last_good)} → {e(r.first_bad)}</b>\n{e(text)}</div>")
+                       + (f"{e(r.last_bad)} → {e(r.first_good)}" if r.mode == "fix" else f"{e(r.last_good)} → {e(r.first_bad)}")
+                       + f"</b>\n{e(text)}</div>")
         if r.summary and r.summary.get("message"):  # each question's own words, named as its row is
             out.append(f'<p class="note" data-key="{e(r.key)}">{e(r.target)}{e(_question_words(r))}: '
                        f'{e(r.summary["message"])}</p>')
@@ -664,7 +669,9 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
         page = Path(out) / "index.html"
         write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
-                        "last_good": r.last_good, "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
+                        "last_good": r.last_good, "mode": r.mode,
+                        **({"last_bad": r.last_bad, "first_good": r.first_good} if r.mode == "fix" else {}),
+                        "verdicts": {v: c["verdict"] for v, c in r.cells.items()},
                         "reference": reference_words(r.reference), "skipped": r.skipped,
                         "nan_rows": {v: c["nan_rows"] for v, c in r.cells.items()}, "flips": r.flips,
                         # JSON has no infinity: a margin past the ceiling is null with `past_ceiling` said

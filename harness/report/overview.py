@@ -82,6 +82,9 @@ class Row:
     summary: dict | None = None
     first_bad: str | None = None
     last_good: str | None = None
+    mode: str = "regression"  # a fix's boundary is its last bad and first good release (first_bad stays None)
+    last_bad: str | None = None
+    first_good: str | None = None
     flips: dict[str, str] = field(default_factory=dict)  # version -> previous verdict
     headroom: dict[str, float] = field(default_factory=dict)  # from traces (the largest of any tensor)
     margins: dict[str, dict] = field(default_factory=dict)  # version -> {headroom, cosine_min, max_abs} (newest record)
@@ -436,10 +439,17 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
                       reference=(summary or {}).get("reference") if ref_id else None,
                       span=f"{mode} {first}..{last}" if shared[(predicate, ref_id)] > 1 else None,
                       judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
-            row.first_bad, row.last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
+            row.mode = mode
+            first_bad, last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
             s = row.summary or {}
-            if s.get("first_bad") and s["first_bad"] in row.cells and row.cells[s["first_bad"]]["verdict"] == "bad":
-                row.first_bad, row.last_good = s["first_bad"], s.get("last_good")
+            if mode == "fix":  # the first good release after a bad one, as the run names it where its grid agrees
+                row.first_good, row.last_bad = fix_boundary({v: c["verdict"] for v, c in cells.items()})
+                if s.get("first_good") in row.cells and row.cells[s["first_good"]]["verdict"] == "good":
+                    row.first_good, row.last_bad = s["first_good"], s.get("last_bad")
+            else:
+                row.first_bad, row.last_good = first_bad, last_good
+                if s.get("first_bad") and s["first_bad"] in row.cells and row.cells[s["first_bad"]]["verdict"] == "bad":
+                    row.first_bad, row.last_good = s["first_bad"], s.get("last_good")
             rows.append(row)
     return rows
 
@@ -478,6 +488,17 @@ def divergences(root: Path, warn=lambda msg: None, left_out: list | None = None)
         found.append(Divergence(d.name, d, (man.get("model") or {}).get("name") or d.name,
                                 target_label(where, key.get("session_options") or {}), doc))
     return found
+
+
+def fix_boundary(verdicts: dict[str, str]) -> tuple[str | None, str | None]:
+    """(first good, last bad) of a fix row's verdicts: the first good release after a bad one."""
+    last_bad = None
+    for v in sorted(verdicts, key=vkey):
+        if verdicts[v] == "bad":
+            last_bad = v
+        elif verdicts[v] == "good" and last_bad is not None:
+            return v, last_bad
+    return None, None
 
 
 def boundary(verdicts: dict[str, str]) -> tuple[str | None, str | None, dict[str, str]]:
