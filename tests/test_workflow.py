@@ -216,6 +216,22 @@ def all_records(root: Path) -> dict[str, list[str]]:
     return {d.name: sorted(history.record_id(r) for r in RunStore(d).records()) for d in history.run_dirs(root)}
 
 
+@pytest.mark.parametrize("args, line", [
+    (["restore", "results/"], "history: set HISTORY_REMOTE (a git remote or a path, e.g. HISTORY_REMOTE="),
+    (["save", "results/"], "history: set HISTORY_REMOTE"),
+    (["restore"], "history: usage: .ci/history restore|save DIR"),
+    (["load", "results/"], "history: usage: .ci/history restore|save DIR"),
+])
+def test_history_without_a_remote_or_with_bad_arguments_is_one_line_and_exit_2(tmp_path, args, line):
+    """The README's `bash .ci/history restore results/` outside CI: what to set, not bash's own message."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HISTORY_REMOTE", "GITHUB_REPOSITORY")}
+    r = subprocess.run(["bash", str(ROOT / ".ci" / "history"), *args], cwd=tmp_path, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert (r.returncode, r.stdout) == (2, ""), r
+    assert r.stderr.count("\n") == 1 and r.stderr.startswith(line), r.stderr
+    assert not (tmp_path / "results").exists()
+
+
 def test_publish_with_an_empty_cache_restores_the_whole_history(cache_dir, tmp_path):
     """Eviction: the publish job starts with no cache at all; the results branch gives the history back."""
     remote = bare_remote(tmp_path / "origin.git")

@@ -31,9 +31,12 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
 
 
-def print_json(doc) -> None:
+def print_json(doc, schema: str | None = None) -> None:
     """A command's --json document on stdout, indented: coloured by rich on a terminal; elsewhere the same text
-    written plainly (rich would highlight every token of it for nobody, a share of a short run's time)."""
+    written plainly (rich would highlight every token of it for nobody, a share of a short run's time).
+    A document of a schema under docs/schema/ names it first, in "$schema" (the schema's $id)."""
+    if schema is not None:
+        doc = {"$schema": schema, **doc}
     if out.is_terminal:
         out.print_json(data=doc)
     else:

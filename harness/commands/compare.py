@@ -65,7 +65,9 @@ def command(version, from_, to, pairs, cosine, as_json, **opts):
         else:
             doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
     if as_json:
-        print_json(doc)
+        from harness.results.evidence import COMPARE_SCHEMA
+
+        print_json(doc, COMPARE_SCHEMA if ranged else None)  # one release's compare is of no schema
         return 0
     out.print(compare_range_table(doc) if ranged else compare_table(doc))
     out.print(escape(doc["message"]))

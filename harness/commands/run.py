@@ -84,7 +84,12 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     for d in docs:
         d["reduced_repro"] = reduced
     if opts["as_json"]:
-        print_json(docs[0] if len(docs) == 1 else {"archs": {d["provenance"]["arch"]: d for d in docs}})
+        from harness.results.evidence import CELL_SCHEMA
+
+        if len(docs) == 1:
+            print_json(docs[0], CELL_SCHEMA)
+        else:  # one cell document per arch, each naming its schema
+            print_json({"archs": {d["provenance"]["arch"]: {"$schema": CELL_SCHEMA, **d} for d in docs}})
     from harness.summary import exit_status
 
     return min(exit_status(d) for d in docs)  # a boundary found on any arch is a finding

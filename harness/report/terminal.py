@@ -17,6 +17,7 @@ from rich.text import Text
 
 from harness.metrics import cosine_text, ratio_text
 from harness.report.escape import printable
+from harness.report.terminal_table import KEY, FitTable
 from harness.summary import target_label
 
 if TYPE_CHECKING:  # the trace and diff tables' types; `bisect run` needs neither module (onnx) to draw its table
@@ -92,11 +93,11 @@ def profile_table(doc: dict) -> Group | str:
     """The boundary pair under onnxruntime's profiler: its sentence, and the op types that changed most."""
     if doc.get("error"):
         return plain(f"No profile of {doc.get('old')} and {doc.get('new')}: {doc['error']}")
-    t = Table(title=f"Where the time went: kernel time per run, {plain(doc['old'])} -> {plain(doc['new'])}",
+    t = FitTable(title=f"Where the time went: kernel time per run, {plain(doc['old'])} -> {plain(doc['new'])}",
               title_justify="left")
-    for col, just in (("op type", "left"), (plain(doc["old"]), "right"), (plain(doc["new"]), "right"),
-                      ("change", "right"), ("ratio", "right")):
-        t.add_column(col, justify=just)
+    for col, just, fit in (("op type", "left", None), (plain(doc["old"]), "right", KEY), (plain(doc["new"]), "right", KEY),
+                           ("change", "right", KEY), ("ratio", "right", KEY)):
+        t.add_column(col, just, fit)
     for r in doc["ops"][:8]:
         t.add_row(plain(r["op"]), f"{r['old_us'] / 1e3:.3f} ms", f"{r['new_us'] / 1e3:.3f} ms",
                   f"{r['change_us'] / 1e3:+.3f} ms", f"{r['ratio']:.2f}x" if r.get("ratio") else "new")
@@ -113,19 +114,21 @@ def _number(v, fmt) -> str:
 def run_table(doc: dict) -> Table:
     """One row per probe; graded metrics (fp16 headroom, worst cosine with the reference) where probes have them."""
     prov = doc.get("provenance") or {}
-    t = Table(title=f"{plain(prov.get('package') or 'onnxruntime')} probes · {_target(prov)}", title_justify="left")
+    t = FitTable(title=f"{plain(prov.get('package') or 'onnxruntime')} probes · {_target(prov)}", title_justify="left")
     commits = any(p.get("commit") for p in doc["probes"])
-    metric_cols = [(key, title, fmt) for key, title, fmt in (("headroom", "fp16 headroom", ".3f"),
-                                                             ("cosine_min", "worst cosine", "cosine"),
-                                                             ("abs_diff_max", "max |diff|", ".3g"))
+    # the last number of each is its drop rank: on a narrow terminal the seconds give way first
+    metric_cols = [(key, title, fmt, rank) for key, title, fmt, rank in (("headroom", "fp16 headroom", ".3f", 7),
+                                                                         ("cosine_min", "worst cosine", "cosine", 6),
+                                                                         ("abs_diff_max", "max |diff|", ".3g", 4))
                    if any((p.get("metrics") or {}).get(key) is not None for p in doc["probes"])]
-    timed = [(key, title) for key, title in (("", "latency x baseline"), ("rss_", "memory x baseline"))
+    timed = [(key, title, rank) for key, title, rank in (("", "latency x baseline", 5), ("rss_", "memory x baseline", 2))
              if any(((p.get("metrics") or {}).get("timing") or {}).get(f"{key}ratio") is not None for p in doc["probes"])]
-    for col, just in (("release", "left"), ("verdict", "left"), ("NaN rows", "right"), ("Inf rows", "right"),
-                      ("rows", "right"), *((title, "right") for _, title, _ in metric_cols),
-                      *((title, "right") for _, title in timed), ("seconds", "right"),
-                      *((("commit", "left"),) if commits else ()), ("note", "left")):
-        t.add_column(col, justify=just)
+    for col, just, fit in (("release", "left", KEY), ("verdict", "left", KEY), ("NaN rows", "right", KEY),
+                           ("Inf rows", "right", KEY), ("rows", "right", KEY),
+                           *((title, "right", rank) for _, title, _, rank in metric_cols),
+                           *((title, "right", rank) for _, title, rank in timed), ("seconds", "right", 1),
+                           *((("commit", "left", 3),) if commits else ()), ("note", "left", None)):
+        t.add_column(col, just, fit)
     for p in doc["probes"]:
         m = p.get("metrics") or {}
         kinds = {d.split("<")[0].split(">")[0] for d in p.get("decided_by") or ["nan"]}
@@ -134,8 +137,8 @@ def run_table(doc: dict) -> Table:
         counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
         t.add_row(plain(p["version"]), verdict(p["verdict"]),
                   *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
-                  *(_number(m.get(key), fmt) for key, _, fmt in metric_cols),
-                  *(ratio_text(m.get("timing"), key) for key, _ in timed),
+                  *(_number(m.get(key), fmt) for key, _, fmt, _ in metric_cols),
+                  *(ratio_text(m.get("timing"), key) for key, _, _ in timed),
                   f"{p['seconds']:.2f}", *((plain(p.get("commit") or "-"),) if commits else ()),
                   ("saved; " if p["reused"] else "") + plain(note))
     return t
@@ -143,12 +146,13 @@ def run_table(doc: dict) -> Table:
 
 def compare_table(doc: dict) -> Table:
     """One row per PACKAGE:EP pair of `bisect compare`, the first the reference of the others."""
-    t = Table(title=f"{plain(doc['model'])} · release {plain(doc['version'])} · {_target(doc.get('provenance'))}",
+    t = FitTable(title=f"{plain(doc['model'])} · release {plain(doc['version'])} · {_target(doc.get('provenance'))}",
               title_justify="left")
-    for col, just in (("package:ep", "left"), ("ran on", "left"), ("commit", "left"), ("NaN rows", "right"),
-                      ("Inf rows", "right"), ("zero rows", "right"), ("max |x|", "right"),
-                      ("worst cosine vs first", "right"), ("max |diff| vs first", "right"), ("", "left")):
-        t.add_column(col, justify=just, overflow="fold")
+    for col, just, fit in (("package:ep", "left", KEY), ("ran on", "left", 3), ("commit", "left", 1),
+                           ("NaN rows", "right", KEY), ("Inf rows", "right", KEY), ("zero rows", "right", KEY),
+                           ("max |x|", "right", 2), ("worst cosine vs first", "right", 5),
+                           ("max |diff| vs first", "right", 4), ("", "left", None)):
+        t.add_column(col, just, fit)
     for i, r in enumerate(doc["pairs"]):
         used = ", ".join(p.removesuffix("ExecutionProvider") for p in (r.get("providers") or {}).get("used") or [])
         if i == 0:
@@ -171,16 +175,16 @@ def compare_range_table(doc: dict) -> Table:
     """`bisect compare --from --to`: a row per release, a column per pair; each compared pair's cell says whether
     it diverges from the reference there, with the worst cosine and the max |diff| (or why it was not compared)."""
     ref = doc["reference"]
-    t = Table(title=f"{plain(doc['model'])} · {plain(doc['from'])} to {plain(doc['to'])} · "
+    t = FitTable(title=f"{plain(doc['model'])} · {plain(doc['from'])} to {plain(doc['to'])} · "
                     f"{_target(doc.get('provenance'))}", title_justify="left",
               caption=f"{doc['probes']['made']} probes made, {doc['probes']['reused']} reused, "
                       f"{doc['seconds']:.1f} s; a compared cell: the worst cosine and the max |diff| against "
                       f"{plain(ref['label'])}",
               caption_justify="left")
-    t.add_column("release", justify="left")
-    t.add_column(f"{plain(ref['label'])} (reference)", justify="left", overflow="fold")
+    t.add_column("release", "left", KEY)
+    t.add_column(f"{plain(ref['label'])} (reference)")
     for side in doc["pairs"]:
-        t.add_column(plain(side["label"]), justify="left", overflow="fold")
+        t.add_column(plain(side["label"]))
     for i, v in enumerate(doc["releases"]):
         r = ref["releases"][i]
         if r.get("status") == "ran":
@@ -305,10 +309,10 @@ def rows_summary(doc: dict) -> str:
 
 
 def options_table(doc: dict) -> Table:
-    t = Table(title=f"session options · onnxruntime {plain(doc['version'])} · {_target(doc['provenance'])}",
+    t = FitTable(title=f"session options · onnxruntime {plain(doc['version'])} · {_target(doc['provenance'])}",
               title_justify="left")
-    for col in ("level", "mode", "threads", "switch", "verdict", "note"):
-        t.add_column(col)
+    for col, fit in (("level", KEY), ("mode", KEY), ("threads", KEY), ("switch", None), ("verdict", KEY), ("note", None)):
+        t.add_column(col, "left", fit)
     for c in doc["combos"]:
         note = "" if c["verdict"] in ("good", "bad") else (c.get("why") or "")
         if c.get("status") not in (None, "ran"):
@@ -320,10 +324,10 @@ def options_table(doc: dict) -> Table:
 
 
 def mitigation_table(doc: dict) -> Table:
-    t = Table(title=f"fp32 island · {plain(doc['model'])} · {_target(doc['provenance'])}", title_justify="left")
-    for col, just in (("release", "left"), ("original", "left"), ("patched", "left"), ("fp32 ref", "left"),
-                      ("min cosine", "right"), ("max |diff|", "right")):
-        t.add_column(col, justify=just)
+    t = FitTable(title=f"fp32 island · {plain(doc['model'])} · {_target(doc['provenance'])}", title_justify="left")
+    for col, just, fit in (("release", "left", KEY), ("original", "left", KEY), ("patched", "left", KEY),
+                           ("fp32 ref", "left", KEY), ("min cosine", "right", 2), ("max |diff|", "right", 1)):
+        t.add_column(col, just, fit)
     for row in doc["releases"]:
         d = next(iter((row["distance"] or {}).values()), {}) if row["distance"] else {}
         cells = [plain(row["version"]), *(verdict(row[key]) for key in ("original", "patched", "reference"))]
@@ -353,12 +357,12 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
     """Summary lines and one row per tensor (by default only the interesting ones:
     residual adds, past 50 % of fp16, non-finite, model outputs)."""
     keep = None if all_nodes else _interesting(result)
-    t = Table(title=f"trace onnxruntime {plain(result.version)} ({plain(result.verdict)}: {plain(result.reason)})",
+    t = FitTable(title=f"trace onnxruntime {plain(result.version)} ({plain(result.verdict)}: {plain(result.reason)})",
               title_justify="left")
-    for col, just in (("#", "right"), ("node", "left"), ("op / ran as", "left"), ("tensor", "left"), ("dtype", "left"),
-                      ("min", "right"), ("max", "right"), ("max|x|", "right"), ("fp16 %", "right"), ("NaN/Inf rows", "right"),
-                      ("", "left")):
-        t.add_column(col, justify=just, overflow="fold")
+    for col, just, fit in (("#", "right", KEY), ("node", "left", None), ("op / ran as", "left", None),
+                           ("tensor", "left", None), ("dtype", "left", 3), ("min", "right", 1), ("max", "right", 2),
+                           ("max|x|", "right", 5), ("fp16 %", "right", 4), ("NaN/Inf rows", "right", KEY), ("", "left", None)):
+        t.add_column(col, just, fit)
     shown = 0
     for i, n in enumerate(result.nodes):
         for ts in n.outputs:
@@ -399,9 +403,9 @@ def diff_table(result: DiffResult) -> Group:
     """Precision changes, first divergences, the explanation."""
     from harness.explain.diff import describe
 
-    t = Table(title=f"precision changes {plain(result.a)} → {plain(result.b)}", title_justify="left")
+    t = FitTable(title=f"precision changes {plain(result.a)} → {plain(result.b)}", title_justify="left")
     for col in ("node", "op", plain(result.a), plain(result.b)):
-        t.add_column(col, overflow="fold")
+        t.add_column(col)
     for c in result.precision_changes:
         t.add_row(plain(c["node"]), plain(c["op_type"]), plain(describe(c["a"])), plain(describe(c["b"])))
     if result.failed:  # the failure is the difference: no node table
@@ -424,12 +428,13 @@ def diff_table(result: DiffResult) -> Group:
 def drift_table(rows: list, steps: list, title: str) -> Table:
     """A run's graded numbers per release (`drift.rows`); a number where a step ends in yellow."""
     stepped = {(s.to_version, s.metric) for s in steps}
-    t = Table(title=title, title_justify="left")
+    t = FitTable(title=title, title_justify="left")
     timed = any(getattr(r, "latency", None) is not None for r in rows)
-    for col, just in (("release", "left"), ("verdict", "left"), ("max |x|", "right"), ("headroom", "right"),
-                      ("worst cosine", "right"), ("max rel diff", "right"), ("fp16 margin", "right"),
-                      *((("latency x baseline", "right"),) if timed else ()), ("outputs changed", "left")):
-        t.add_column(col, justify=just)
+    for col, just, fit in (("release", "left", KEY), ("verdict", "left", KEY), ("max |x|", "right", 5),
+                           ("headroom", "right", 6), ("worst cosine", "right", 4), ("max rel diff", "right", 3),
+                           ("fp16 margin", "right", 2), *((("latency x baseline", "right", 7),) if timed else ()),
+                           ("outputs changed", "left", 1)):
+        t.add_column(col, just, fit)
 
     def cell(row, metric: str, spec: str) -> str:
         x = getattr(row, metric)

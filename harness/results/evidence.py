@@ -91,8 +91,12 @@ MODEL_FIELDS: dict[str, tuple[type, ...]] = {
     "name": (str,), "source": (str,), "path": (str,), "digest": (str,), "data_files": (list,),
 }
 
+# What a `--json` document names in its "$schema": the schema's own $id (docs/schema/<file name of the $id>)
+CELL_SCHEMA = "https://ortbisect.invalid/schema/cell-document.v1.json"
+COMPARE_SCHEMA = "https://ortbisect.invalid/schema/compare-document.v1.json"
+
 CELL_FIELDS: dict[str, tuple[type, ...]] = {  # harness.summary.summary and harness.session.finish
-    "run_id": (str,), "status": (str,), "mode": (str,), "monotone": (bool,), "message": (str,), "releases": (list,),
+    "$schema": (str,), "run_id": (str,), "status": (str,), "mode": (str,), "monotone": (bool,), "message": (str,), "releases": (list,),
     "probes": (list,), "probe_count": (int,), "release_count": (int,), "provenance": (dict,),
     "last_good": (str, _NONE), "first_bad": (str, _NONE), "last_bad": (str, _NONE), "first_good": (str, _NONE),
     "commits": (dict, _NONE), "untestable": (list,), "transitions": (list,), "predicate": (str,), "bad_means": (str,),
@@ -115,7 +119,7 @@ CELL_KEY_RE = re.compile(r"^[^/\\]+$")  # the document's file name stem under ce
 
 
 COMPARE_FIELDS: dict[str, tuple[type, ...]] = {  # harness.triage.compare.compare_over
-    "kind": (str,), "run_id": (str,), "model": (str,), "from": (str,), "to": (str,), "releases": (list,),
+    "$schema": (str,), "kind": (str,), "run_id": (str,), "model": (str,), "from": (str,), "to": (str,), "releases": (list,),
     "reference": (dict,), "pairs": (list,), "cosine_bound": _NUMBER, "change_threshold": _NUMBER,
     "provenance": (dict,), "probes": (dict,), "seconds": _NUMBER, "message": (str,), "generated": (str,),
 }
