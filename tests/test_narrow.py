@@ -60,3 +60,25 @@ def test_the_drift_table_keeps_releases_and_verdicts_whole_at_80_columns(swept, 
     rows = cells(r.stdout)
     assert {row[0]: row[1] for row in rows if row and row[0] in ("1.19.2", "1.20.0")} == \
         {"1.19.2": "good", "1.20.0": "bad"}, r.stdout
+
+
+def test_a_word_wider_than_the_room_left_folds_inside_its_column_and_keeps_the_key_columns_whole():
+    """An onnxruntime error names a node in one 57-character word; at 80 columns the release and verdict still
+    show whole, and the note folds inside that word instead of squeezing them to one character."""
+    import io
+
+    from rich.console import Console
+
+    from harness.report.terminal_table import KEY, FitTable
+
+    table = FitTable()
+    for header, fit in (("release", KEY), ("verdict", KEY), ("NaN rows", KEY), ("note", None)):
+        table.add_column(header, fit=fit)
+    word = "(jax2tf_get_logits_/pjit_get_logits_/pjit__one_hot_/Cast_1:0)"
+    table.add_row("1.19.0", "error", "0", f"Fail: Type Error: output arg {word} of node {word} {word}")
+    buf = io.StringIO()
+    Console(file=buf, width=80, force_terminal=False).print(table)
+    text = buf.getvalue()
+    assert all(len(line) <= 80 for line in text.splitlines()), text
+    assert "1.19.0" in text and "error" in text and "release" in text and "verdict" in text, text
+    assert "…" not in text, text

@@ -50,6 +50,12 @@ class FitTable(Table):
             gone = ranked.pop(0)
             t.columns.remove(gone)
             dropped.append(str(gone.header))
+        over = sum(least) + t._extra_width - room
+        if over > 0:  # a word wider than the room left (an onnxruntime error's node name): fold inside it
+            for i in sorted((i for i, c in enumerate(t.columns) if fit[id(c)] != KEY), key=lambda i: -least[i]):
+                cut = min(over, max(0, least[i] - 8))
+                least[i] -= cut
+                over -= cut
         # what is left over goes to the columns that would be wider, by how much wider (never past that)
         spare = max(0, room - t._extra_width - sum(least))
         wants = [max(0, m.maximum - low) for m, low in zip(sizes, least)]
