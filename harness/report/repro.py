@@ -358,7 +358,8 @@ def crashed(argv):
 
 
 TIMED_CONDITIONS = {lit([c for c in conditions if c[0] in verdicts.TIMED])}  # judged against a baseline release, in rounds
-ROUNDS, ROUNDS_MAX = 8, 40  # the fewest rounds an interval needs; more only while it straddles a bound
+ROUNDS = 8  # the fewest rounds an interval needs
+ROUNDS_MAX = 40  # more only while the interval straddles a bound
 
 
 def timed_child(sess, names, feeds):
