@@ -33,7 +33,7 @@ from harness.results.history import latest_by_version, own_records, saved_probe
 from harness.results.store import RunStore, load_outputs
 from harness.runners import kill_live_workers, retire_early_workers
 from harness.runners.base import Runner
-from harness.search import Step, bisect_step, sweep_step
+from harness.search import Step, bisect_step, probes_left, sweep_step
 from harness.verdicts import Predicate
 
 __all__ = ["Driver", "Observer", "RunOutcome", "Silent"]
@@ -103,6 +103,7 @@ class Driver:
             if step.done:
                 outcome.step = step
                 return outcome
+            self.observer.expect(probes_left(known, mode, self.jobs, sweep))
             futures = []
             # a Ctrl-C anywhere from the first submit on stops the probes: one may be waiting for another
             # run's probe of its release, and only a stopped prober ends that wait

@@ -102,10 +102,14 @@ class Observer(Protocol):
     def probe_started(self, version: str) -> None: ...
     def probe_finished(self, record: dict, reused: bool) -> None: ...
     def probe_waiting(self, version: str) -> None: ...  # another run is probing it: its record will be reused
+    def expect(self, left: int) -> None: ...  # before a round: the most probes still to come (search.probes_left)
 
 
 class Silent:
     def probe_started(self, version: str) -> None:
+        pass
+
+    def expect(self, left: int) -> None:
         pass
 
     def probe_waiting(self, version: str) -> None:

@@ -118,6 +118,31 @@ def bisect_step(verdicts: Sequence[str | None], mode: str = "regression", k: int
     )
 
 
+def probes_left(verdicts: Sequence[str | None], mode: str = "regression", k: int = 1, sweep: bool = False) -> int:
+    """The most probes the search still makes, as it stands, if no release is skipped or fails to run (a skip
+    adds one): a sweep probes what is left; a bisection its pending ends, then a k-ary search of what lies
+    between them."""
+    unknown = sum(1 for v in verdicts if v is None)
+    if sweep:
+        return unknown
+    step = bisect_step(verdicts, mode, k)
+    if step.done:
+        return 0
+    if step.lo is None:  # the ends first: then everything between them may be searched
+        return len(step.next) + _kary(unknown - len(step.next), k)
+    return _kary(sum(1 for i in range(step.lo + 1, step.hi) if verdicts[i] is None), k)
+
+
+def _kary(m: int, k: int) -> int:
+    """Probes a k-ary search of m candidates makes at most: k a round, then the largest part left."""
+    probes = 0
+    while m > 0:
+        take = min(k, m)
+        probes += take
+        m = -(-(m - take) // (k + 1))
+    return probes
+
+
 def _prefetch(candidates: list[int], picks: tuple[int, ...], k: int) -> tuple[int, ...]:
     """The probes the next round would ask for, for each way this round can end."""
     bounds = [-1, *(candidates.index(p) for p in picks), len(candidates)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import signal
 import subprocess
@@ -39,8 +40,14 @@ def test_run_names_first_bad_release(bisect, residual_norm):
     assert doc["monotone"] is True
     bad = {p["version"]: p for p in doc["probes"] if p["verdict"] == "bad"}
     assert bad["1.20.0"]["nan_rows"] == 2 and bad["1.20.0"]["rows"] == 4
-    # a progress line per probe went to stderr
-    assert r.stderr.count("probe ") >= doc["probe_count"]
+    # a progress line per probe went to stderr: where the search stands against its bound, and an ETA
+    lines = re.findall(r"^probe +(\d+) of at most (\d+): .*\((.*)\)$", r.stderr, re.M)
+    assert len(lines) == doc["probe_count"], r.stderr
+    made, bounds = [int(i) for i, _, _ in lines], [int(b) for _, b, _ in lines]
+    assert made == list(range(1, len(lines) + 1))
+    assert all(i <= b for i, b in zip(made, bounds)) and bounds == sorted(bounds, reverse=True)
+    assert bounds[0] == 2 + math.ceil(math.log2(n - 1))  # the ends, then a binary search of what lies between
+    assert all(how.endswith(" s left") for _, _, how in lines), r.stderr
 
 
 def test_same_command_again_reuses_every_probe(bisect, residual_norm, tmp_path):

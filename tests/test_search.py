@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from harness.search import bisect_step, simulate, sweep_step, transitions
+from harness.search import bisect_step, probes_left, simulate, sweep_step, transitions
 
 G, B, S = "good", "bad", "skip"
 
@@ -137,3 +137,28 @@ def test_property_sweep_reports_non_monotone(truth, k):
     n_trans = len(transitions(truth))
     assert step.monotone == (n_trans <= 1)
     assert (step.status == "found") == (n_trans >= 1)
+
+
+@settings(max_examples=300, deadline=None)
+@given(n=st.integers(1, 60), cut=st.integers(0, 60), k=st.integers(1, 4), mode=st.sampled_from(["regression", "fix"]),
+       sweep=st.booleans())
+def test_the_probes_left_bound_is_never_passed_and_a_sweep_s_is_exact(n, cut, k, mode, sweep):
+    """What `run` prints as "probe i of at most N": at every round, the probes still to come are at most the bound
+    (a bisection knows it: the ends, then a k-ary search of what lies between); a sweep's is what is left."""
+    old, new = ("good", "bad") if mode == "regression" else ("bad", "good")
+    truth = [old if i < min(cut, n) else new for i in range(n)]
+    known: list = [None] * n
+    bounds, made = [], 0
+    while True:
+        step = sweep_step(known, k) if sweep else bisect_step(known, mode, k)
+        if step.done:
+            break
+        bounds.append((made, probes_left(known, mode, k, sweep)))
+        for i in step.next:
+            known[i] = truth[i]
+            made += 1
+    for before, bound in bounds:
+        assert made - before <= bound
+        if sweep:
+            assert made - before == bound
+    assert probes_left(known, mode, k, sweep) == 0

@@ -59,6 +59,8 @@ class ProbeLines:
         self.console = console
         self.prefix = prefix
         self.count = 0
+        self.at_most: int | None = None  # probes in all, at most, as the search last said (Observer.expect)
+        self.made_s: list[float] = []  # seconds of each probe made now (not reused): the ETA's pace
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                             console=console, transient=True, disable=not (spinner and console.is_terminal))
         self.tasks = {}
@@ -70,8 +72,24 @@ class ProbeLines:
     def __exit__(self, *exc):
         return self.bar.__exit__(*exc)
 
+    def expect(self, left: int) -> None:
+        self.at_most = self.count + left
+
+    def _position(self, i: int) -> str:
+        """"3 of at most 7": where the search stands (a bisection knows its bound)."""
+        return f"{i} of at most {max(self.at_most, i)}" if self.at_most is not None else f"{i}"
+
+    def _eta(self, i: int) -> str:
+        """"about 40 s left", at the pace of the probes made so far (none made yet: nothing said)."""
+        if self.at_most is None or not self.made_s:
+            return ""
+        pace = sorted(self.made_s)[len(self.made_s) // 2]
+        return f"about {max(self.at_most - i, 0) * pace:.0f} s left"
+
     def probe_started(self, version: str) -> None:
-        self.tasks[version] = self.bar.add_task(f"probing {version}", total=None)
+        i = self.count + len(self.tasks) + 1
+        plan = ", ".join(x for x in (self._position(i) if self.at_most is not None else "", self._eta(i)) if x)
+        self.tasks[version] = self.bar.add_task(f"probing {version}" + (f" ({plan})" if plan else ""), total=None)
 
     def probe_waiting(self, version: str) -> None:
         self.bar.console.print(f"{plain(self.prefix) + ' ' if self.prefix else ''}{plain(version)}: another run is "
@@ -82,8 +100,15 @@ class ProbeLines:
         task = self.tasks.pop(record["version"], None)
         if task is not None:
             self.bar.remove_task(task)
-        how = "saved" if reused else f"{record.get('seconds') or 0:.1f} s"
-        lead = f"{plain(self.prefix)} " if self.prefix else f"probe {self.count:>2}: "
+        if not reused and isinstance(record.get("seconds"), (int, float)):
+            self.made_s.append(float(record["seconds"]))
+        eta = self._eta(self.count)
+        how = ("saved" if reused else f"{record.get('seconds') or 0:.1f} s") + (f"; {eta}" if eta else "")
+        if self.prefix:  # a matrix cell's lines: its prefix, and where its search stands in the parenthesis
+            lead = f"{plain(self.prefix)} "
+            how += f"; probe {self._position(self.count)}" if self.at_most is not None else ""
+        else:
+            lead = f"probe {self._position(self.count):>2}: "
         self.bar.console.print(f"{lead}{plain(record.get('package') or 'onnxruntime')} {plain(record['version']):<8} "
                                f"[{VERDICT_STYLE.get(record['verdict'], '')}]{plain(record['verdict']):<7}[/] "
                                f"{plain(record.get('why') or '')} ({how})")

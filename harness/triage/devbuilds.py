@@ -61,6 +61,9 @@ class _BuildsOnly:
         if record["version"] not in self.ends:
             self.observer.probe_finished(record, reused)
 
+    def expect(self, left: int) -> None:
+        self.observer.expect(left)
+
 
 def search(found: Search, listed: list[Release], *, observer: Observer | None = None, jobs: int = 1,
            prefetch: bool = True) -> dict | None:
