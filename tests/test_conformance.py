@@ -14,6 +14,9 @@ dependencies, pinned, kept in the test cache under realmodels/):
   ai.onnx.ml ops). Measured: bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on.
 - onnx 1.19.1, `onnx/backend/test/data/node/test_rotary_embedding/` (model.onnx and its input_*.pb): a
   RotaryEmbedding of opset 23. Measured: releases up to 1.22.1 refuse to load it, 1.23.0 and later run it.
+- A public converter's output: silero_vad.onnx quantized by onnxruntime 1.20.1's own quantizer
+  (`onnxruntime.quantization.quantize_dynamic`, int8 weights; onnx 1.19.1), made at test time with `uv run`.
+  Measured: bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on (up to 1.32.0).
 
 Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on) and, under QEMU, residual_overflow (NaN on
 aarch64 with fp16 arithmetic from 1.24.1 on).
@@ -55,6 +58,26 @@ def _wheel(cache_dir: Path, package: str) -> Path:
     return target
 
 
+QUANTIZER = ("onnxruntime==1.20.1", "onnx==1.19.1")  # the converter: onnxruntime's own dynamic int8 quantizer
+
+
+def _quantized(cache_dir: Path, model: Path) -> Path:
+    """`model` with int8 weights by onnxruntime.quantization.quantize_dynamic, made once under the test cache."""
+    from harness.releases.uvtool import uv
+    from harness.results.locking import file_lock
+
+    root = cache_dir / "realmodels"
+    out = root / f"{model.stem}-int8-{QUANTIZER[0].split('==')[1]}.onnx"
+    with file_lock(root / f"{out.name}.lock"):
+        if not out.exists():
+            code = ("import sys; from onnxruntime.quantization import QuantType, quantize_dynamic; "
+                    "quantize_dynamic(sys.argv[1], sys.argv[2], weight_type=QuantType.QInt8)")
+            uv("run", "--quiet", "--no-project", "--python", "3.11", *(a for q in QUANTIZER for a in ("--with", q)),
+               "python", "-c", code, str(model), str(out) + ".tmp", what="quantizing with onnxruntime")
+            Path(str(out) + ".tmp").rename(out)
+    return out
+
+
 def _pb_batch(model_dir: Path, dest: Path) -> Path:
     """The onnx backend test's input_*.pb as one .npz keyed by the model's input names."""
     import onnx
@@ -84,6 +107,7 @@ def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
         model = _wheel(cache_dir, package) / path
         batch = _pb_batch(model.parent, d / f"{name}.npz") if name == "rotary" else d / f"{name}.npz"
         out[name] = (model, batch)
+    out["silero_int8"] = (_quantized(cache_dir, out["silero"][0]), out["silero"][1])
     out["residual_norm"] = (builders.save(builders.residual_norm_model(), d / "residual_norm.onnx"), d / "rn.npz")
     np.savez(d / "rn.npz", **builders.residual_norm_inputs())
     return out
@@ -102,6 +126,9 @@ def _outputs_on(python: Path, model: Path, batch: Path, dest: Path) -> Path:
 COMBINATIONS = {
     "silero-regression-abs-diff-vs-release": ("silero", "regression", ("--bad-if", "abs-diff>0",
                                               "--reference-release", "1.20.1"), "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
+    "silero_int8-regression-abs-diff-vs-release": ("silero_int8", "regression", ("--bad-if", "abs-diff>0",
+                                                   "--reference-release", "1.20.1"), "1.20.1", "1.21.0",
+                                                   ("1.20.1", "1.21.0")),
     "silero-fix-abs-diff-vs-release": ("silero", "fix", ("--bad-if", "abs-diff>0", "--reference-release", "1.21.0"),
                                        "1.20.1", "1.21.0", ("1.20.1", "1.21.0")),
     "magika-regression-abs-diff-vs-file": ("magika", "regression", ("--bad-if", "abs-diff>0", "--reference",
