@@ -398,8 +398,8 @@ def timed_verdict(argv):
                        "baseline_rss_mb": got["baseline"]["rss_mb"], "candidate_rss_mb": got["candidate"]["rss_mb"]}})
         m = {{"timing": timing_summary({{"baseline": versions["baseline"], "rounds": rounds}})}}
         measured = [measure(condition(kind, bound, floor), {{}}, m) for kind, bound, floor in TIMED_CONDITIONS]
-        if len(rounds) >= ROUNDS and all(holds is not None for holds, _ in measured):
-            break  # every bound decided
+        if len(rounds) >= ROUNDS and all(holds in (True, False) for holds, _ in measured):
+            break  # every bound decided (an interval that holds its bound is "inconclusive": not yet)
     held = [what for holds, what in measured if holds is True]
     verdict = "bad" if held else ("good" if all(holds is False for holds, _ in measured) else "inconclusive")
     print("onnxruntime %s against %s: %s (%s)" % (versions["candidate"], versions["baseline"], verdict,
