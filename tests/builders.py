@@ -53,16 +53,7 @@ def slowed_by_nan_model(light_trips: int = 50, heavy_trips: int = 3000, width: i
     model = residual_norm_model(width)
     g = model.graph
     count = helper.make_tensor_value_info("spun", TensorProto.FLOAT, [1])
-    body = helper.make_graph(
-        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
-        "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [1])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
-        [numpy_helper.from_array(np.ones(1, np.float32), "one")],
-    )
+    body = _counting_body()
     g.node.extend([
         helper.make_node("IsNaN", ["y"], ["/spin/isnan"], name="/spin/IsNaN"),
         helper.make_node("Cast", ["/spin/isnan"], ["/spin/nan_int"], name="/spin/Cast", to=TensorProto.INT64),
@@ -113,11 +104,9 @@ def int_div_inputs() -> dict[str, np.ndarray]:
     return {"a": np.arange(1, 5, dtype=np.int32), "b": np.zeros(4, np.int32)}
 
 
-def spin_model(trips: int = 10**12) -> onnx.ModelProto:
-    """A Loop that counts to `trips`: runs for as long as the probe is allowed to."""
-    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-    body = helper.make_graph(
+def _counting_body() -> onnx.GraphProto:
+    """A Loop body that adds one to its float accumulator each trip (the loop runs as long as asked)."""
+    return helper.make_graph(
         [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "one"], ["acc_out"])],
         "body",
         [helper.make_tensor_value_info("i", TensorProto.INT64, []),
@@ -127,6 +116,13 @@ def spin_model(trips: int = 10**12) -> onnx.ModelProto:
          helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [1])],
         [numpy_helper.from_array(np.ones(1, np.float32), "one")],
     )
+
+
+def spin_model(trips: int = 10**12) -> onnx.ModelProto:
+    """A Loop that counts to `trips`: runs for as long as the probe is allowed to."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    body = _counting_body()
     nodes = [helper.make_node("Loop", ["trips", "cond", "x"], ["y"], name="/spin/Loop", body=body)]
     inits = [numpy_helper.from_array(np.array(trips, np.int64), "trips"),
              numpy_helper.from_array(np.array(True), "cond")]
@@ -547,3 +543,17 @@ def recurrent_state_inputs(rows: int = 8, width: int = 8, big: tuple[int, ...] =
     x = np.ones((rows, width), np.float16)
     x[list(big)] = 25000
     return {"input": x, "state": np.full((2, rows, width), 0.5, np.float16), "sr": np.array(16000, np.int64)}
+
+
+def wait_for_port(port: int, seconds: float = 30.0) -> None:
+    """Until a server a test started answers on 127.0.0.1:`port` (or `seconds` pass: its requests then fail)."""
+    import socket
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)

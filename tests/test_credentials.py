@@ -20,6 +20,7 @@ import threading
 import time
 from pathlib import Path
 
+import builders
 import pytest
 import wheelhouse
 
@@ -78,13 +79,7 @@ def served(cache_dir, tmp_path_factory):
                             env={**os.environ, "AUTH_USER": USER, "AUTH_PASSWORD": TOKEN},
                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        builders.wait_for_port(port)
         yield {"base": f"http://{USER}:{TOKEN}@127.0.0.1:{port}", "plain": f"http://127.0.0.1:{port}", "log": log}
     finally:
         proc.terminate()

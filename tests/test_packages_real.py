@@ -15,9 +15,9 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
+import builders
 import pytest
 import wheelhouse
 
@@ -306,13 +306,7 @@ def served_index(dev_builds):
     proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory",
                              str(dev_builds["index"])], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
+        builders.wait_for_port(port)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -177,17 +177,24 @@ def _site(cache: Path, version: str) -> Path:
     return site
 
 
+def _run_then_copy_1_19_2_into_1_20_0(cache: Path, residual_norm, tmp_path: Path) -> tuple[tuple, Path]:
+    """A real run over 1.19.2..1.20.0 (boundary found), then 1.20.0's site-packages replaced by 1.19.2's: the
+    run's arguments and the site that now holds the other release."""
+    model, batch = residual_norm
+    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0")
+    first = subprocess.run(harness(*args, cache=cache, results=tmp_path / "r1"), capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr
+    wrong, right = _site(cache, "1.20.0"), _site(cache, "1.19.2")
+    shutil.rmtree(wrong)
+    shutil.copytree(right, wrong, symlinks=True)
+    return args, wrong
+
+
 def test_an_environment_holding_another_release_is_rebuilt_not_judged(fresh_cache, residual_norm, tmp_path):
     """A cached 1.20.0 environment that holds the 1.19.2 package (a cache restored from another machine, a
     hand-made install): the worker's own version is compared with the release asked, the environment rebuilt,
     and 1.20.0 is judged on 1.20.0 (bad), not called good on 1.19.2's behalf."""
-    model, batch = residual_norm
-    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0")
-    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr
-    wrong, right = _site(fresh_cache, "1.20.0"), _site(fresh_cache, "1.19.2")
-    shutil.rmtree(wrong)
-    shutil.copytree(right, wrong, symlinks=True)  # 1.20.0's environment now holds 1.19.2
+    args, wrong = _run_then_copy_1_19_2_into_1_20_0(fresh_cache, residual_norm, tmp_path)
     second = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r2"), capture_output=True, text=True)
     assert second.returncode == 0, second.stderr  # the boundary again, not "no boundary" (exit 3)
     rec = next(r for r in probes(tmp_path / "r2") if r["version"] == "1.20.0")
@@ -216,13 +223,18 @@ def test_a_damaged_library_that_crashes_the_worker_is_no_verdict(fresh_cache, re
     assert lib.stat().st_size == len(data)
 
 
+def _swept_1_19_2(cache: Path, residual_norm, tmp_path: Path) -> Path:
+    """The site-packages of 1.19.2's environment, made by a real sweep of that one release."""
+    model, batch = residual_norm
+    subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
+                           cache=cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
+    return _site(cache, "1.19.2")
+
+
 def test_installed_files_are_checked_against_the_wheels_record(fresh_cache, residual_norm, tmp_path):
     from harness.runners.verify import verify_site
 
-    model, batch = residual_norm
-    subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
-                           cache=fresh_cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
-    site = _site(fresh_cache, "1.19.2")
+    site = _swept_1_19_2(fresh_cache, residual_norm, tmp_path)
     memo = tmp_path / "memo.json"
     assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
     assert verify_site(site, "onnxruntime", "1.20.0", memo) == "it holds onnxruntime 1.19.2, not 1.20.0"
@@ -257,13 +269,7 @@ def test_a_forged_release_is_never_judged_as_the_one_asked(fresh_cache, residual
     """1.19.2's package in 1.20.0's environment, forged through and through: `__version__` edited, the dist-info
     renamed, METADATA and RECORD rewritten so that every hash matches. Only the build's own commit tells, and it
     is checked before the probe is a verdict: 1.20.0 is rebuilt and judged bad, the boundary found (exit 0)."""
-    model, batch = residual_norm
-    args = ("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0")
-    first = subprocess.run(harness(*args, cache=fresh_cache, results=tmp_path / "r1"), capture_output=True, text=True)
-    assert first.returncode == 0, first.stderr
-    wrong, right = _site(fresh_cache, "1.20.0"), _site(fresh_cache, "1.19.2")
-    shutil.rmtree(wrong)
-    shutil.copytree(right, wrong, symlinks=True)
+    args, wrong = _run_then_copy_1_19_2_into_1_20_0(fresh_cache, residual_norm, tmp_path)
     info = wrong / "onnxruntime-1.19.2.dist-info"
     meta = info / "METADATA"
     meta.write_text(meta.read_text().replace("Version: 1.19.2", "Version: 1.20.0", 1))
@@ -313,10 +319,7 @@ def test_the_hash_memo_is_not_fooled_by_a_restored_mtime_and_bytecode_is_never_t
     than imported; a link where a wheel installed a file is refused."""
     from harness.runners.verify import verify_site
 
-    model, batch = residual_norm
-    subprocess.run(harness("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.19.2",
-                           cache=fresh_cache, results=tmp_path / "r"), capture_output=True, text=True, check=False)
-    site = _site(fresh_cache, "1.19.2")
+    site = _swept_1_19_2(fresh_cache, residual_norm, tmp_path)
     memo = tmp_path / "memo.json"
     assert verify_site(site, "onnxruntime", "1.19.2", memo) is None
     assert json.loads(memo.read_text())["files"]  # what was hashed is remembered

@@ -178,17 +178,22 @@ def _processes_with(env_entry: str) -> list[int]:
     return found
 
 
+def _spin_run(cache_dir, tmp_path) -> list[str]:
+    """`bisect run --json` over 1.19.0..1.20.0 of a model that spins a Loop 1,000 times (held at a gate)."""
+    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
+    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
+    return [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
+            "--from", "1.19.0", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir",
+            str(tmp_path / "res"), "--json"]
+
+
 def test_sigterm_ends_the_workers_and_keeps_what_finished(cache_dir, tmp_path):
     """SIGTERM to `bisect run` (a service manager's stop, `timeout`) while its second worker is held inside
     its probe: as on Ctrl-C the harness ends its workers before it exits (none is left to keep a core busy),
     the finished probe stays saved, the exit status is 143 and --json prints one error object."""
     from harness.probe import HOLD_DIR_ENV
 
-    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
-    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
-    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
-            "--from", "1.19.0", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir",
-            str(tmp_path / "res"), "--json"]
+    argv = _spin_run(cache_dir, tmp_path)
     gate = WorkerGate(tmp_path / "gate")
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **gate.env})
@@ -317,11 +322,7 @@ def test_two_identical_runs_at_once_probe_each_release_once(cache_dir, residual_
 def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
     """Ctrl-C to a run that waits for another run's probe of a release: it ends at once (130, one line, no
     traceback), records nothing, and the other run, its worker let go, finishes and records each probe once."""
-    model = builders.save(builders.spin_model(1_000), tmp_path / "m.onnx")
-    np.savez(tmp_path / "b.npz", x=np.zeros(1, np.float32))
-    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(tmp_path / "b.npz"),
-            "--from", "1.19.0", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir",
-            str(tmp_path / "res"), "--json"]
+    argv = _spin_run(cache_dir, tmp_path)
     gate = WorkerGate(tmp_path / "gate")
     first = _started(argv, tmp_path, "first", gate.env)
     second = None
