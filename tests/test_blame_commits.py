@@ -240,23 +240,6 @@ def ort(tmp_path_factory) -> Fixture:
 IN_RANGE = ("readme", "mlas", "fusion", "add", "gemm", "both", "utils", "skip", "move", "bump")
 
 
-# --- build_commit ------------------------------------------------------------------------------
-
-
-def test_build_commit_reads_the_commit_id_of_a_build_and_nothing_else():
-    full = "d93bf0042a" + "0" * 30
-    assert commits.build_commit(f"ORT Build Info: git-branch=rel-1.24.1, git-commit-id={full}, build type=Release") \
-        == full
-    assert commits.build_commit("ORT Build Info: git-branch=rel-1.24.1, git-commit-id=d93bf0042a, build type=Release") \
-        == "d93bf0042a"
-    assert commits.build_commit("git-commit-id=D93BF0042A") == "d93bf0042a"
-    assert commits.build_commit("ORT Build Info: git-branch=rel-1.19.0, build type=Release") is None
-    assert commits.build_commit("") is None and commits.build_commit(None) is None
-    for bad in ("git-commit-id=xyz1234", "git-commit-id=abc12", "git-commit-id=" + "a" * 41,
-                "git-commit-id=, build type=Release", "git-commit-id=d93bf0042a;rm"):
-        assert commits.build_commit(f"ORT Build Info: {bad}") is None, bad
-
-
 # --- resolve -----------------------------------------------------------------------------------
 
 

@@ -77,6 +77,16 @@ def test_build_info_names_the_commit():
     text = "ORT Build Info: git-branch=rel-1.24.1, git-commit-id=b5963e82c8, build type=Release"
     assert parse_build_info(text) == {"commit": "b5963e82c8", "branch": "rel-1.24.1"}
     assert parse_build_info("") == {"commit": None, "branch": None}
+    assert parse_build_info(None) == {"commit": None, "branch": None}
+    full = "d93bf0042a" + "0" * 30
+    assert parse_build_info(f"git-branch=HEAD, git-commit-id={full}, build type=Release")["commit"] == full
+    assert parse_build_info("git-commit-id=D93BF0042A")["commit"] == "d93bf0042a"
+    assert parse_build_info("ORT Build Info: git-branch=rel-1.19.0, build type=Release")["commit"] is None
+    # what a worker reports is untrusted: anything that is not a commit id names none
+    for bad in ("git-commit-id=xyz1234", "git-commit-id=abc12", "git-commit-id=" + "a" * 41,
+                "git-commit-id=, build type=Release", "git-commit-id=d93bf0042a;rm"):
+        assert parse_build_info(f"ORT Build Info: {bad}")["commit"] is None, bad
+    assert parse_build_info("git-branch=rel-1.24.1;rm -rf, git-commit-id=d93bf0042a")["branch"] is None
 
 
 # -- listings: PEP 440 order, --pre, pages, directories ----------------------------------------
@@ -302,13 +312,13 @@ def test_the_commit_of_each_build_is_in_the_run_document(tmp_path):
 
     def info(v):
         return ProcessOutcome(0, None, False, 0.01, "", {"stage": "done", "outputs": [outputs(4, 0)],
-                                                         "onnxruntime": {"build_info": f"git-commit-id={v}0"}})
+                                                         "onnxruntime": {"build_info": f"git-commit-id={v}"}})
     releases = [Release(v, [f"x-{LINUX}.whl"]) for v in ("1.2", "1.3")]
-    runner = ReplayRunner({"1.2": info("12"), "1.3": info("13")})
+    runner = ReplayRunner({"1.2": info("120abcd"), "1.3": info("130abcd")})
     store = RunStore.open(tmp_path, "r", {"k": 1}, {}, ["t"])
     outcome = Driver(runner, releases, store, ProbeJob(Path("m"), Path("b")), parse_predicate("nan")).run(sweep=True)
     doc = summary(outcome, "regression", "r", sweep=True)
-    assert [(p["version"], p["commit"]) for p in doc["probes"]] == [("1.2", "120"), ("1.3", "130")]
+    assert [(p["version"], p["commit"]) for p in doc["probes"]] == [("1.2", "120abcd"), ("1.3", "130abcd")]
 
 
 def test_the_compare_table_says_which_pair_diverges():

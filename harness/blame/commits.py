@@ -137,13 +137,6 @@ def _sha(repo: Path, rev: str) -> str:
 # --- which builds -----------------------------------------------------------------------------
 
 
-def build_commit(build_info: str | None) -> str | None:
-    """The commit an onnxruntime build names ("... git-commit-id=d93bf0042a, ..."), lower-case; None when the
-    build info names none or names something that is not 7 to 40 hex digits."""
-    m = re.search(r"git-commit-id=([^,\s]*)", build_info or "")
-    return m.group(1).lower() if m and _HEX.fullmatch(m.group(1)) else None
-
-
 @dataclass(frozen=True)
 class Resolved:
     sha: str

@@ -47,9 +47,11 @@ def build_mismatch(package: str, version: str, build_info: str | None) -> str | 
     nothing is known: a release newer than this table, another package, a build that names no commit)."""
     commit = parse_build_info(build_info)["commit"]
     known = WHEEL_COMMITS.get(package)
+    expected = (known or {}).get(version)
+    if not commit and expected is not None and "git-commit-id=" in (build_info or ""):
+        return f"its build names something that is not a commit id, not {expected} ({version}'s wheel)"
     if not commit or not known:
         return None
-    expected = known.get(version)
     if expected is not None and _same_commit(commit, expected):
         return None
     other = next((v for v, c in known.items() if v != version and _same_commit(commit, c)), None)

@@ -151,9 +151,16 @@ def known_eps(name: str) -> tuple[str, ...] | None:
     return PACKAGES.get(name)
 
 
+_COMMIT = re.compile(r"[0-9a-fA-F]{7,40}")
+_BRANCH = re.compile(r"[A-Za-z0-9._/-]{1,100}")
+
+
 def parse_build_info(text: str | None) -> dict:
     """The commit and branch in onnxruntime's `get_build_info()` text ("git-branch=rel-1.24.1,
-    git-commit-id=470ae16099, ..."); None where it names none (a local build may not)."""
-    commit = re.search(r"git-commit-id=([0-9a-fA-F]+)", text or "")
-    branch = re.search(r"git-branch=([^,\s]+)", text or "")
-    return {"commit": commit.group(1) if commit else None, "branch": branch.group(1) if branch else None}
+    git-commit-id=470ae16099, ..."); None where it names none (a local build may not) or names
+    something that is not one (the text comes back from a worker: a commit is 7 to 40 hex digits,
+    lower-cased; a branch is a plain ref name)."""
+    commit = re.search(r"git-commit-id=([^,\s]*)", text or "")
+    branch = re.search(r"git-branch=([^,\s]*)", text or "")
+    return {"commit": commit.group(1).lower() if commit and _COMMIT.fullmatch(commit.group(1)) else None,
+            "branch": branch.group(1) if branch and _BRANCH.fullmatch(branch.group(1)) else None}
