@@ -231,7 +231,7 @@ class Driver:
 
         def install():
             try:
-                env, _ = self.runner.prepare_verified(release)  # nothing runs in it before it is verified
+                env, _ = self.runner.prepare_verified(release, report=False)  # nothing runs in it before it is verified
             except EnvironmentSkip:
                 return  # the probe itself will record the skip
             if start:

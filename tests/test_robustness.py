@@ -351,3 +351,30 @@ def test_the_hash_memo_is_not_fooled_by_a_restored_mtime_and_bytecode_is_never_t
     real.symlink_to(moved)
     assert verify_site(site, "onnxruntime", "1.19.2", memo) == (
         "onnxruntime/LICENSE is not the regular file the wheel installed")
+
+
+def test_a_rebuild_is_told_by_the_probe_that_used_it_and_by_no_later_one():
+    """Why an environment was rebuilt belongs to the first probe that ran in it: a later probe of the same
+    release in the command (a repeat, a timed baseline) found it right and must not say "rebuilt"."""
+    from replay import ReplayRunner, ran
+
+    from harness.releases.versions import Release
+
+    class ForgedOnce(ReplayRunner):
+        forged = True
+
+        def verify(self, env):
+            forged, ForgedOnce.forged = ForgedOnce.forged, False
+            return "onnxruntime/__init__.py: hash differs from RECORD" if forged else None
+
+    runner = ForgedOnce({"1.20.0": ran(4, 0)})
+    release = Release("1.20.0", ["onnxruntime-1.20.0-cp311-cp311-manylinux_2_27_x86_64.whl"])
+    _, first = runner.prepare_verified(release)
+    _, second = runner.prepare_verified(release)
+    assert first is not None and "hash differs from RECORD" in first
+    assert second is None
+    # a rebuild made ahead of the probe (an install in the background) is told by the probe that follows
+    ForgedOnce.forged = True
+    _, ahead = runner.prepare_verified(release, report=False)
+    _, probe = runner.prepare_verified(release)
+    assert ahead is None and probe is not None and "hash differs from RECORD" in probe

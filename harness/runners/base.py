@@ -98,7 +98,7 @@ class Runner(ABC):
         self.cache_dir = cache_dir
         self.cpu = cpu
         self._verified: dict[Path, str | None] = {}  # site -> why it failed verification, or None
-        self.rebuilt: dict[str, str] = {}  # release -> why its environment was rebuilt in this command
+        self.rebuilt: dict[str, str] = {}  # release -> why its environment was rebuilt ahead of a probe, until one tells it
         self._locks: dict[str, threading.Lock] = {}
         self._locks_lock = threading.Lock()
 
@@ -186,15 +186,17 @@ class Runner(ABC):
     def discard(self, env: Environment) -> None:
         """Forget a broken environment so the next prepare() rebuilds it."""
 
-    def prepare_verified(self, release: Release) -> tuple[Environment, str | None]:
+    def prepare_verified(self, release: Release, report: bool = True) -> tuple[Environment, str | None]:
         """`prepare`, then the environment verified by content before it gives a verdict (`verify`), and why it
-        was rebuilt in this command (None: it was right as found). Rebuilt once; EnvironmentSkip if still not
-        right. One thread at a time per release: an install ahead of the probe may be verifying it."""
+        was rebuilt (None: it was right as found). Rebuilt once; EnvironmentSkip if still not right. One thread
+        at a time per release: an install ahead of the probe may be verifying it. A caller that reports no
+        rebuild (`report=False`: that install) leaves it to be told by the next call that does."""
         with self.verification_lock(release.version):
             env = self.prepare(release)
             why = self.verify(env)
             if why is None:
-                return env, self.rebuilt.get(release.version)
+                # told once, by the first probe that uses it: later ones used it as found
+                return env, self.rebuilt.pop(release.version, None)
             why = f"the environment of {release.version} is not the release's wheels: {why}"
             self.discard(env)
             self.forget_verified(env)
@@ -205,8 +207,10 @@ class Runner(ABC):
             still = self.verify(env)
             if still:
                 raise EnvironmentSkip(f"{why}; after a rebuild: {still}")
+            if report:
+                return env, why
             self.rebuilt[release.version] = why
-            return env, why
+            return env, None
 
     def site_packages(self, env: Environment) -> Path:
         """The folder the worker imports onnxruntime and numpy from (a `--target` site, unless the backend
