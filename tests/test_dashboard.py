@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import html
 import os
 import platform
+import re
 import shutil
 import time
 import urllib.request
@@ -461,19 +463,21 @@ def _rewrite_run(src: Path, dest: Path, keep=lambda rec: True, key: dict | None 
 @pytest.fixture(scope="module")
 def v3_site(tmp_path_factory) -> Path:
     """Three nights of 3 models x 3 targets over 25 releases, and beside them: a repeat run that gave the same
-    answer (one row), the same question over fewer releases and with a session option (rows of their own that
-    say so), the worker's peak memory of one run (in MB, as recorded), and a CUDA cell skipped on a host
-    without a GPU (no numbers)."""
+    answer (one row), a repeat over the same range that lacks a release, the same question over fewer releases
+    and with a session option (rows of their own that say so), the worker's peak memory of one run (in MB, as
+    recorded), and a CUDA cell skipped on a host without a GPU (no numbers)."""
     root = tmp_path_factory.mktemp("v3") / "results"
     builders.write_history(root, V2_MODELS, V3_VERSIONS, nights=3, refresh=True)
     fused = root / "gemma-tiny-fused-x86_64-0"
     _rewrite_run(root / "gemma-tiny-decomposed-x86_64-0", root / "gemma-tiny-decomposed-x86_64-again")
     _rewrite_run(fused, root / "gemma-tiny-fused-x86_64-few", keep=lambda r: r["version"] in V3_VERSIONS[:6])
+    _rewrite_run(root / "gemma-tiny-decomposed-aarch64-1", root / "gemma-tiny-decomposed-aarch64-rerun",
+                 keep=lambda r: r["version"] != V3_VERSIONS[3])
     _rewrite_run(fused, root / "gemma-tiny-fused-x86_64-noopt",
                  key={"session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}})
     recs = [json.loads(line) for line in (fused / "probes.jsonl").read_text().splitlines()]
-    for i, rec in enumerate(recs):
-        rec["result"]["peak_rss_mb"] = 1180.0 + 2.5 * i
+    for rec in recs:
+        rec["result"]["peak_rss_mb"] = 1250.0
     (fused / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
     why = "no NVIDIA GPU is visible (nvidia-smi is not installed)"
     gpu = make_run(root, "gemma-tiny-fused-gpu-1", "gemma-tiny-fused",
@@ -482,6 +486,24 @@ def v3_site(tmp_path_factory) -> Path:
     site = root.parent / "site"
     dashboard.build(root, site, title="ortbisect nightly")
     return site
+
+
+def test_v3_rows_are_labelled_by_their_question_and_a_repeat_with_the_same_answer_is_one_row(v3_site):
+    text = (v3_site / "index.html").read_text()
+    rows = re.findall(r'<tr class="row" data-run="([^"]+)".*?<th class="target" scope="row">(.*?)</th>', text, re.S)
+    labels = {run: html.unescape(re.sub(r"<[^>]+>", " ", label)).strip() for run, label in rows}
+    assert len(rows) == len(labels) == len(set(labels.values())), labels  # no two rows read alike
+    assert "gemma-tiny-decomposed-x86_64-again" not in labels  # the same answer again: merged ...
+    assert 'data-same-as="gemma-tiny-decomposed-x86_64-again"' in text and "(+1 same)" in text  # ... and said
+    fused = "gemma-tiny-fused x86_64 · uv · py3.11"
+    assert labels["gemma-tiny-fused-x86_64-few"] == f"{fused} · regression 1.19.0..{V3_VERSIONS[5]}"  # the range
+    assert labels["gemma-tiny-fused-x86_64-0"] == f"{fused} · regression 1.19.0..{V3_VERSIONS[-1]}"
+    assert labels["gemma-tiny-fused-x86_64-noopt"] == f"{fused} · graph_optimization_level=ORT_DISABLE_ALL"
+    arm = "gemma-tiny-decomposed aarch64 · qemu · cpu neoverse-n1 · py3.11"  # same range, another answer: the run
+    assert labels["gemma-tiny-decomposed-aarch64-rerun"] == f"{arm} · run gemma-tiny-decomposed-aarch64-rerun"
+    assert labels["gemma-tiny-decomposed-aarch64-1"] == f"{arm} · run gemma-tiny-decomposed-aarch64-1"
+    assert labels["gemma-tiny-decomposed-x86_64-0"] == "gemma-tiny-decomposed x86_64 · uv · py3.11"  # alone: as ever
+    assert "mem 1.2 GB" in text and "e+03" not in text  # numbers for people
 
 
 # every visible text node's line boxes (as far as the scroll boxes around it show them); a pair from two nodes that cross by more than a pixel each way overlaps
@@ -567,7 +589,7 @@ def test_v3_in_chromium_at_1400x900_and_390x844(browser, v3_site, tmp_path_facto
         assert by_run["gemma-tiny-fused-x86_64-0"].endswith(f"· regression 1.19.0..{V3_VERSIONS[-1]}")
         assert "graph_optimization_level=ORT_DISABLE_ALL" in by_run["gemma-tiny-fused-x86_64-noopt"]
         text = browser.eval('document.querySelector(\'tr.row[data-run="gemma-tiny-fused-x86_64-0"]\').innerText')
-        assert "mem 1.2 GB" in text or "mem 1.3 GB" in text, text  # not "1.24e+03 MB"
+        assert "mem 1.2 GB" in text, text  # not "1.25e+03 MB"
         assert "skipped: no NVIDIA GPU" in browser.eval(
             'document.querySelector(\'tr.row[data-run="gemma-tiny-fused-gpu-1"]\').innerText')
         assert browser.eval('document.querySelector("#changes").getBoundingClientRect().top < '

@@ -118,7 +118,6 @@ m.addEventListener('change',apply);t.addEventListener('change',apply);apply();})
 _ENV = Environment(loader=PackageLoader("harness.report", "templates"), autoescape=True, undefined=StrictUndefined,
                    trim_blocks=True, lstrip_blocks=True)
 _ENV.filters["human"] = human
-_ENV.filters["cosine"] = lambda x: cosine_text(x) if x is not None and math.isfinite(x) else human(x)
 _ENV.filters["path"] = quote  # a site-relative link: each segment URL-quoted (autoescape makes it an attribute)
 
 
