@@ -20,7 +20,7 @@ from harness.plan import Plan
 from harness.probe import ProbeJob
 from harness.releases.packages import Package
 from harness.releases.versions import Release, Target
-from harness.report import dashboard
+from harness.report import dashboard, numbers
 from harness.results.evidence import CompareDocument, EvidenceError
 from harness.results.store import RunStore, read_compare_document
 from harness.runners.workers import ProcessOutcome
@@ -180,7 +180,7 @@ def test_the_dashboard_draws_a_row_per_pair_and_a_cell_per_release(lacking, tmp_
     assert [c.split('data-version="')[1].split('"')[0] for c in cells] == doc["releases"]
     assert [c.split('class="')[1].split('"')[0] for c in cells] == ["v skip", "v good", "v skip", "v bad", "v skip"]
     diff = doc["pairs"][0]["releases"][1]["max_abs_diff"]
-    assert 0 < diff < 2e-6 and f">{diff:.3g}<" in cells[1], cells[1]  # the max |diff| of 1.20.0
+    assert 0 < diff < 2e-6 and f">{numbers.human(diff)}<" in cells[1], cells[1]  # the max |diff| of 1.20.0, for people
     assert (site / "data" / store.run_id / "compare.json").is_file()
     grid = html[html.index('<section id="overview">'):html.index('<section id="history">')]
     assert store.run_id not in grid  # the compare run holds no probes: no row of the verdict grid

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import html
 import os
 import platform
+import re
 import shutil
-import socket
-import struct
-import subprocess
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -19,189 +17,74 @@ import builders
 import pytest
 from test_matrix import ROOT, ob, run_matrix, tiny, write_matrix  # noqa: F401  (tiny is a fixture)
 
-from harness.report import dashboard
+from harness.report import dashboard, numbers, overview
 from harness.results.store import RunStore
 
 SCREENSHOT = ROOT / "results" / "dashboard.png"
 EVIL = "<script>window.__pwned = 1</script>"
 
 
-# -- a headless Chromium over the DevTools protocol (stdlib only) -------------------------
+# -- a headless Chromium driven by Playwright (Debian's chromium: no browser is downloaded) ---------------
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
-                  "--disable-extensions", "--mute-audio", "--hide-scrollbars"]
-
-
-class WebSocket:
-    """Just enough of RFC 6455 for the DevTools protocol (text frames, client masking)."""
-
-    def __init__(self, url: str, timeout: float = 30):
-        assert url.startswith("ws://")
-        hostport, _, path = url[5:].partition("/")
-        host, _, port = hostport.partition(":")
-        self.sock = socket.create_connection((host, int(port)), timeout=timeout)
-        key = base64.b64encode(os.urandom(16)).decode()
-        self.sock.sendall((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                           f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode())
-        head = b""
-        while b"\r\n\r\n" not in head:
-            chunk = self.sock.recv(1)
-            if not chunk:
-                raise ConnectionError("websocket handshake failed")
-            head += chunk
-        if b" 101 " not in head.split(b"\r\n", 1)[0]:
-            raise ConnectionError(head.decode(errors="replace"))
-
-    def send(self, text: str) -> None:
-        data = text.encode()
-        n = len(data)
-        header = bytes([0x81])
-        if n < 126:
-            header += bytes([0x80 | n])
-        elif n < 1 << 16:
-            header += bytes([0x80 | 126]) + struct.pack(">H", n)
-        else:
-            header += bytes([0x80 | 127]) + struct.pack(">Q", n)
-        mask = os.urandom(4)
-        self.sock.sendall(header + mask + bytes(b ^ mask[i % 4] for i, b in enumerate(data)))
-
-    def _exact(self, n: int) -> bytes:
-        buf = b""
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise ConnectionError("websocket closed")
-            buf += chunk
-        return buf
-
-    def recv(self) -> str:
-        message = b""
-        while True:
-            b0, b1 = self._exact(2)
-            n = b1 & 0x7F
-            if n == 126:
-                n = struct.unpack(">H", self._exact(2))[0]
-            elif n == 127:
-                n = struct.unpack(">Q", self._exact(8))[0]
-            payload = self._exact(n)
-            op = b0 & 0x0F
-            if op == 8:
-                raise ConnectionError("websocket closed by the browser")
-            if op in (9, 10):
-                continue
-            message += payload
-            if b0 & 0x80:
-                return message.decode()
-
-    def close(self):
-        self.sock.close()
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--disable-default-apps", "--disable-extensions", "--mute-audio",
+                  "--hide-scrollbars"]
 
 
 class Browser:
-    """Headless chromium driven over the DevTools protocol: load a page, collect console and network events."""
+    """One page in headless chromium: load a file, evaluate, lay out at a width, and the console errors and
+    requests of the last load."""
 
-    def __init__(self, exe: str, workdir: Path):
-        self.profile = Path(tempfile.mkdtemp(prefix="profile-", dir=workdir))
-        self.proc = subprocess.Popen([exe, *CHROMIUM_FLAGS, f"--user-data-dir={self.profile}",
-                                      "--remote-debugging-port=0", "--window-size=1400,1000", "about:blank"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        port_file = self.profile / "DevToolsActivePort"
-        deadline = time.time() + 30
-        while not port_file.exists() or not port_file.read_text().strip():
-            if self.proc.poll() is not None or time.time() > deadline:
-                raise RuntimeError(f"chromium did not start: {self.proc.stderr.read().decode(errors='replace')[-2000:]}")
-            time.sleep(0.1)
-        port = int(port_file.read_text().split()[0])
-        deadline = time.time() + 15
-        while True:
-            targets = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=10).read())
-            pages = [t for t in targets if t.get("type") == "page"]
-            if pages or time.time() > deadline:
-                break
-            time.sleep(0.1)
-        self.ws = WebSocket(pages[0]["webSocketDebuggerUrl"])
-        self.next_id = 0
-        self.events: list[dict] = []
+    def __init__(self, exe: str):
+        from playwright.sync_api import sync_playwright
 
-    def call(self, method: str, **params) -> dict:
-        self.next_id += 1
-        mid = self.next_id
-        self.ws.send(json.dumps({"id": mid, "method": method, "params": params}))
-        while True:
-            msg = json.loads(self.ws.recv())
-            if msg.get("id") == mid:
-                if "error" in msg:
-                    raise RuntimeError(f"{method}: {msg['error']}")
-                return msg.get("result", {})
-            if "method" in msg:
-                self.events.append(msg)
-
-    def wait_for(self, method: str, timeout: float = 30) -> dict:
-        deadline = time.time() + timeout
-        for ev in self.events:
-            if ev["method"] == method:
-                return ev
-        while time.time() < deadline:
-            msg = json.loads(self.ws.recv())
-            if "method" in msg:
-                self.events.append(msg)
-                if msg["method"] == method:
-                    return msg
-        raise TimeoutError(method)
-
-    def open(self, url: str) -> None:
-        self.events = []  # this load's events only (a second open must not see the first one's load event)
-        for domain in ("Page", "Runtime", "Log", "Network"):
-            self.call(f"{domain}.enable")
-        self.call("Page.navigate", url=url)
-        self.wait_for("Page.loadEventFired")
-        self.call("Runtime.evaluate", expression="new Promise(r => setTimeout(r, 300))", awaitPromise=True)
-
-    def eval(self, expression: str):
-        res = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        if "exceptionDetails" in res:
-            raise RuntimeError(res["exceptionDetails"])
-        return res["result"].get("value")
+        self.pw = sync_playwright().start()
+        try:
+            self.browser = self.pw.chromium.launch(executable_path=exe, args=CHROMIUM_FLAGS)
+        except Exception:
+            self.pw.stop()
+            raise
+        self.context = self.page = None
+        self.viewport(1400, 1000)
 
     def viewport(self, width: int, height: int) -> None:
-        """Lay the page out as a window `width` CSS pixels wide (a phone's when narrow: its viewport meta applies)."""
-        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1,
-                  mobile=width < 600)
+        """Lay the page out as a window `width` CSS pixels wide (a phone's when narrow: its viewport meta applies);
+        a new page, opened by the next `open`."""
+        if self.context is not None:
+            self.context.close()
+        self.context = self.browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=1,
+                                                is_mobile=width < 600, has_touch=width < 600)
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.urls: list[str] = []
+        self.page.on("console", lambda msg: self.errors.append(msg.text[:300]) if msg.type in ("error", "assert")
+                     else None)
+        self.page.on("pageerror", lambda exc: self.errors.append(str(exc)[:300]))
+        self.page.on("request", lambda req: self.urls.append(req.url))
 
-    def screenshot(self, path: Path) -> Path:
-        width, height = self.eval("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-        clip = {"x": 0, "y": 0, "width": width, "height": height, "scale": 1}  # the whole page, not one screen
-        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True, clip=clip)["data"]
-        path.write_bytes(base64.b64decode(data))
+    def open(self, url: str) -> None:
+        self.errors.clear()
+        self.urls.clear()  # this load's requests only
+        self.page.goto(url, wait_until="load")
+
+    def eval(self, expression: str):
+        return self.page.evaluate(expression)
+
+    def screenshot(self, path: Path, full_page: bool = True) -> Path:
+        self.page.screenshot(path=str(path), full_page=full_page)
         return path
 
     def console_errors(self) -> list[str]:
-        out = []
-        for ev in self.events:
-            p = ev.get("params", {})
-            if ev["method"] == "Runtime.exceptionThrown":
-                out.append(json.dumps(p.get("exceptionDetails", {}))[:300])
-            elif ev["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append(json.dumps(p.get("args", []))[:300])
-            elif ev["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
-                out.append(p["entry"].get("text", "")[:300])
-        return out
+        return list(self.errors)
 
     def requests(self) -> list[str]:
-        return [ev["params"]["request"]["url"] for ev in self.events if ev["method"] == "Network.requestWillBeSent"]
+        return list(self.urls)
 
     def close(self):
         try:
-            self.ws.close()
+            self.browser.close()
         finally:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-            shutil.rmtree(self.profile, ignore_errors=True)
+            self.pw.stop()
 
 
 def chromium_path() -> str | None:
@@ -219,7 +102,7 @@ def browser(tmp_path):
         reason = "no chromium here (install Debian's chromium: bash .ci/chromium.sh)"
         print(f"\nSKIP: {reason}")
         pytest.skip(reason)
-    b = Browser(exe, tmp_path)
+    b = Browser(exe)
     try:
         yield b
     finally:
@@ -554,3 +437,195 @@ def test_v2_in_chromium_at_1400_and_390_px(browser, v2_site):
         assert shot.stat().st_size > 10_000
     assert EVIL in browser.eval("document.body.innerText") and browser.eval("typeof window.__pwned") == "undefined"
     print(f"\nscreenshots: {', '.join(map(str, SCREENSHOTS.values()))}")
+
+
+# -- dashboard v3: 25 releases, repeat runs, a skipped GPU cell, at 1400x900 and 390x844 ---------------------
+
+V3_VERSIONS = [f"1.{minor}.{patch}" for minor in range(19, 32) for patch in (0, 1)][:25]
+V3_SCREENS = ((1400, 900), (390, 844))
+
+
+def _rewrite_run(src: Path, dest: Path, keep=lambda rec: True, key: dict | None = None, **more) -> Path:
+    """A copy of a recorded run under another run id: its records filtered by `keep`, each updated by `more`,
+    its manifest key updated by `key` (another run of the same model, as a repeat or another option leaves it)."""
+    shutil.copytree(src, dest)
+    man = json.loads((dest / "manifest.json").read_text())
+    man.update(run_id=dest.name, key={**man["key"], **(key or {})})
+    (dest / "manifest.json").write_text(json.dumps(man))
+    recs = [json.loads(line) for line in (dest / "probes.jsonl").read_text().splitlines()]
+    for rec in recs:
+        for k, v in more.items():
+            rec.setdefault(k, {}).update(v)
+    (dest / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs if keep(r)))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def v3_site(tmp_path_factory) -> Path:
+    """Three nights of 3 models x 3 targets over 25 releases, and beside them: a repeat run that gave the same
+    answer (one row), a repeat over the same range that lacks a release, the same question over fewer releases
+    and with a session option (rows of their own that say so), the worker's peak memory of one run (in MB, as
+    recorded), and a CUDA cell skipped on a host without a GPU (no numbers)."""
+    root = tmp_path_factory.mktemp("v3") / "results"
+    builders.write_history(root, V2_MODELS, V3_VERSIONS, nights=3, refresh=True)
+    fused = root / "gemma-tiny-fused-x86_64-0"
+    _rewrite_run(root / "gemma-tiny-decomposed-x86_64-0", root / "gemma-tiny-decomposed-x86_64-again")
+    _rewrite_run(fused, root / "gemma-tiny-fused-x86_64-few", keep=lambda r: r["version"] in V3_VERSIONS[:6])
+    _rewrite_run(root / "gemma-tiny-decomposed-aarch64-1", root / "gemma-tiny-decomposed-aarch64-rerun",
+                 keep=lambda r: r["version"] != V3_VERSIONS[3])
+    _rewrite_run(fused, root / "gemma-tiny-fused-x86_64-noopt",
+                 key={"session_options": {"graph_optimization_level": "ORT_DISABLE_ALL"}})
+    recs = [json.loads(line) for line in (fused / "probes.jsonl").read_text().splitlines()]
+    for rec in recs:
+        rec["result"]["peak_rss_mb"] = 1250.0
+    (fused / "probes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    why = "no NVIDIA GPU is visible (nvidia-smi is not installed)"
+    gpu = make_run(root, "gemma-tiny-fused-gpu-1", "gemma-tiny-fused",
+                   {**_key(f"{0:064x}", "x86_64"), "package": "onnxruntime-gpu", "ep": "cuda"}, [])
+    _question_doc(gpu, "cuda", "nan-or-inf", None, {}, status="skipped", skipped=why, message=f"Skipped: {why}.")
+    site = root.parent / "site"
+    dashboard.build(root, site, title="ortbisect nightly")
+    return site
+
+
+def test_v3_rows_are_labelled_by_their_question_and_a_repeat_with_the_same_answer_is_one_row(v3_site):
+    text = (v3_site / "index.html").read_text()
+    rows = re.findall(r'<tr class="row" data-run="([^"]+)".*?<th class="target" scope="row">(.*?)</th>', text, re.S)
+    labels = {run: html.unescape(re.sub(r"<[^>]+>", " ", label)).strip() for run, label in rows}
+    assert len(rows) == len(labels) == len(set(labels.values())), labels  # no two rows read alike
+    assert "gemma-tiny-decomposed-x86_64-again" not in labels  # the same answer again: merged ...
+    assert 'data-same-as="gemma-tiny-decomposed-x86_64-again"' in text and "(+1 same)" in text  # ... and said
+    fused = "gemma-tiny-fused x86_64 · uv · py3.11"
+    assert labels["gemma-tiny-fused-x86_64-few"] == f"{fused} · regression 1.19.0..{V3_VERSIONS[5]}"  # the range
+    assert labels["gemma-tiny-fused-x86_64-0"] == f"{fused} · regression 1.19.0..{V3_VERSIONS[-1]}"
+    assert labels["gemma-tiny-fused-x86_64-noopt"] == f"{fused} · graph_optimization_level=ORT_DISABLE_ALL"
+    arm = "gemma-tiny-decomposed aarch64 · qemu · cpu neoverse-n1 · py3.11"  # same range, another answer: the run
+    assert labels["gemma-tiny-decomposed-aarch64-rerun"] == f"{arm} · run gemma-tiny-decomposed-aarch64-rerun"
+    assert labels["gemma-tiny-decomposed-aarch64-1"] == f"{arm} · run gemma-tiny-decomposed-aarch64-1"
+    assert labels["gemma-tiny-decomposed-x86_64-0"] == "gemma-tiny-decomposed x86_64 · uv · py3.11"  # alone: as ever
+    assert "mem 1.2 GB" in text and "e+03" not in text  # numbers for people
+
+
+# every visible text node's line boxes (as far as the scroll boxes around it show them); a pair from two nodes that cross by more than a pixel each way overlaps
+OVERLAPS_JS = """(() => {
+  const boxes = [];
+  const walk = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+    if (!n.textContent.trim() || n.parentElement.closest('svg, script, style, select')) continue;
+    if (!n.parentElement.checkVisibility({visibilityProperty: true})) continue;  // a closed <details>, hidden
+    let clip = [-Infinity, -Infinity, Infinity, Infinity];  // what the scroll boxes around it let be seen
+    for (let el = n.parentElement; el; el = el.parentElement) {
+      const style = getComputedStyle(el);
+      if (style.overflowX === 'visible' && style.overflowY === 'visible') continue;
+      const c = el.getBoundingClientRect();
+      clip = [Math.max(clip[0], c.left), Math.max(clip[1], c.top), Math.min(clip[2], c.right), Math.min(clip[3], c.bottom)];
+    }
+    const range = document.createRange();
+    range.selectNodeContents(n);
+    for (const r of range.getClientRects()) {
+      const seen = {left: Math.max(r.left, clip[0]), top: Math.max(r.top, clip[1]),
+                    right: Math.min(r.right, clip[2]), bottom: Math.min(r.bottom, clip[3])};
+      if (seen.right - seen.left > 0 && seen.bottom - seen.top > 0) boxes.push([n, seen]);
+    }
+  }
+  const out = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const [n, a] = boxes[i], [m, b] = boxes[j];
+    if (n === m) continue;
+    const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+    const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+    if (w > 1 && h > 1) out.push([n.textContent.trim().slice(0, 40), m.textContent.trim().slice(0, 40)]);
+  }
+  return [boxes.length, out];
+})()"""
+
+FIRST_ROW_JS = """(() => {
+  const box = el => { const r = el.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const row = document.querySelector('#overview tr.row');
+  const cells = [...row.querySelectorAll('td.v')];
+  return {first: box(document.querySelector('#overview td.v')), boundary: box(row.querySelector('td.first-bad-col')),
+          newest: box(cells[cells.length - 1]), label: box(row.querySelector('th.target')),
+          screen: [window.innerWidth, window.innerHeight]};
+})()"""
+
+
+def test_v3_in_chromium_at_1400x900_and_390x844(browser, v3_site, tmp_path_factory):
+    """The acceptance of the page: on both screens the first verdict cell (and the first row's label, boundary and
+    newest verdict) lie inside the first screen; at 1400 px the 25 releases fit without a horizontal scroll; no
+    text overlaps another; no row reads like another. Screenshots (the first screen and the whole page) go to a
+    temporary folder, named in the output."""
+    shots = tmp_path_factory.mktemp("screenshots")
+    grid = json.loads((v3_site / "dashboard.json").read_text())
+    assert len({v for g in grid.values() for v in g["verdicts"]}) == 25
+    for width, height in V3_SCREENS:
+        browser.viewport(width, height)
+        check_page(browser, v3_site / "index.html")  # no console error, no request, no page overflow
+        at = browser.eval(FIRST_ROW_JS)
+        assert at["screen"] == [width, height]
+        for name in ("first", "boundary", "newest", "label"):
+            left, top, right, bottom = at[name]
+            assert 0 <= left and right <= width and 0 <= top and bottom <= height, (width, name, at[name])
+        if width == 1400:
+            fits = browser.eval('(() => { const s = document.querySelector("#overview .scroll");'
+                                ' return [s.scrollWidth, s.clientWidth]; })()')
+            assert fits[0] <= fits[1], f"the grid scrolls sideways: {fits}"
+            raw = browser.eval('document.querySelector("#overview tr.row td.raw a").getBoundingClientRect().right')
+            assert raw <= width  # the last column (the probes link) in sight
+            assert browser.eval('document.querySelectorAll("#overview thead th.ver").length') == 25
+        n, overlaps = browser.eval(OVERLAPS_JS)
+        assert n > 500 and overlaps == [], overlaps[:10]
+        rows = browser.eval('[...document.querySelectorAll("#overview tr.row")].map(r => [r.dataset.run,'
+                            ' r.querySelector("th.target").innerText.replace(/\\s+/g, " ").trim(),'
+                            ' [...r.querySelectorAll("td.v")].map(td => td.dataset.verdict).join(",")])')
+        labels = [label for _, label, _ in rows]
+        assert len(labels) == len(set(labels)), labels  # no two rows read alike ...
+        assert len({(label, v) for _, label, v in rows}) == len(rows)  # ... nor show the same answer twice
+        runs = [run for run, _, _ in rows]
+        assert "gemma-tiny-decomposed-x86_64-again" not in runs  # the repeat with the same answer is merged ...
+        assert browser.eval('document.querySelector(\'tr.row[data-run="gemma-tiny-decomposed-x86_64-0"]\')'
+                            '.dataset.sameAs') == "gemma-tiny-decomposed-x86_64-again"  # ... and said
+        by_run = dict((run, label) for run, label, _ in rows)
+        assert by_run["gemma-tiny-fused-x86_64-few"].endswith(f"· regression 1.19.0..{V3_VERSIONS[5]}")
+        assert by_run["gemma-tiny-fused-x86_64-0"].endswith(f"· regression 1.19.0..{V3_VERSIONS[-1]}")
+        assert "graph_optimization_level=ORT_DISABLE_ALL" in by_run["gemma-tiny-fused-x86_64-noopt"]
+        text = browser.eval('document.querySelector(\'tr.row[data-run="gemma-tiny-fused-x86_64-0"]\').innerText')
+        assert "mem 1.2 GB" in text, text  # not "1.25e+03 MB"
+        assert "skipped: no NVIDIA GPU" in browser.eval(
+            'document.querySelector(\'tr.row[data-run="gemma-tiny-fused-gpu-1"]\').innerText')
+        assert browser.eval('document.querySelector("#changes").getBoundingClientRect().top < '
+                            'document.querySelector("#overview").getBoundingClientRect().top')
+        assert browser.eval('document.querySelector("details.help").open') is False  # the explanations wait
+        browser.screenshot(shots / f"first-screen-{width}x{height}.png", full_page=False)
+        browser.screenshot(shots / f"page-{width}.png")
+    print(f"\nscreenshots: {shots}")
+
+
+def test_changes_are_one_line_when_nothing_changed(browser, tmp_path):
+    """A newest run that changed nothing says so in one line above the grid; one that changed something lists it."""
+    root = tmp_path / "results"
+    builders.write_history(root, V2_MODELS[:1], V2_VERSIONS, nights=2, refresh=True)
+    rows = overview.collect(root)
+    runs = overview.runs_of(t for r in rows for _, t, _ in r.judged)
+    quiet = overview.Changes(run_started=runs[-1][0], previous_run=runs[-2][1], new_releases=[], flipped=[],
+                             new_boundaries=[])
+    page = tmp_path / "quiet.html"
+    page.write_text(dashboard.render(rows, ch=quiet, runs=runs))
+    browser.viewport(1400, 900)
+    check_page(browser, page)
+    said = browser.eval('(() => { const c = document.querySelector("#changes"); return [c.innerText,'
+                        ' c.querySelectorAll("li").length, [...c.querySelector("p").getClientRects()].length]; })()')
+    assert said[0].startswith("Changed since the previous run: nothing") and said[1:] == [0, 1], said
+    loud = dashboard.render(rows, runs=runs)
+    assert '<section class="changes" id="changes"><h2>Changed since the previous run: ' in loud
+
+
+@pytest.mark.parametrize("x, unit, said", [
+    (None, "", "none"), (0, "", "0"), (0.93, "", "0.93"), (1.0, "", "1"), (12.345, "", "12.3"), (450.4, "", "450"),
+    (12345.6, "", "12,346"), (3.1e-7, "", "3.1e-7"), (3.14159e-7, "", "3.1e-7"), (-2.5e-5, "", "-2.5e-5"),
+    (1e-7, "", "1e-7"), (2.5e6, "", "2.5e6"), (0.001, "", "0.001"), (float("nan"), "", "NaN"),
+    (float("inf"), "", "inf"), (float("-inf"), "MB", "-inf"), (1220.0, "MB", "1.2 GB"), (1250.0, "MB", "1.2 GB"),
+    (512.0, "MB", "512 MB"), (64.25, "MB", "64.2 MB"), (0.5, "MB", "512 kB"), (3.0 * 1024 ** 2, "MB", "3 TB"),
+    (1.0523, "x", "1.05x"), (12.34, "ms", "12.3 ms"), (True, "", "True"), ("n/a", "", "n/a"),
+])
+def test_numbers_are_said_for_people(x, unit, said):
+    assert numbers.human(x, unit) == said
