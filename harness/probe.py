@@ -102,14 +102,16 @@ class Observer(Protocol):
     def probe_started(self, version: str) -> None: ...
     def probe_finished(self, record: dict, reused: bool) -> None: ...
     def probe_waiting(self, version: str) -> None: ...  # another run is probing it: its record will be reused
-    def expect(self, left: int) -> None: ...  # before a round: the most probes still to come (search.probes_left)
+    # before a round or a step: the most probes still to come (search.probes_left), None where nothing bounds them
+    # (delta debugging); `step`: what the bound is of, when it is one step's of several (a reduction's rows)
+    def expect(self, left: int | None, step: str | None = None) -> None: ...
 
 
 class Silent:
     def probe_started(self, version: str) -> None:
         pass
 
-    def expect(self, left: int) -> None:
+    def expect(self, left: int | None, step: str | None = None) -> None:
         pass
 
     def probe_waiting(self, version: str) -> None:
@@ -117,6 +119,26 @@ class Silent:
 
     def probe_finished(self, record: dict, reused: bool) -> None:
         pass
+
+
+class Ahead:
+    """An observer whose bounds count `later` more probes, to come after this driver's (the pairs of a comparison
+    still to probe): "probe 3 of at most 12" is of the whole command."""
+
+    def __init__(self, observer: Observer, later: int):
+        self.observer, self.later = observer, later
+
+    def expect(self, left: int | None, step: str | None = None) -> None:
+        self.observer.expect(None if left is None else left + self.later, step)
+
+    def probe_started(self, version: str) -> None:
+        self.observer.probe_started(version)
+
+    def probe_waiting(self, version: str) -> None:
+        self.observer.probe_waiting(version)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        self.observer.probe_finished(record, reused)
 
 
 #: `outputs=` of Prober.probe: the outputs go where the store keeps this release's (and series') outputs

@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import inproc
 import jsonschema
 import numpy as np
 import pytest
+from gates import WorkerGate, foreground, wait_for
 
 from harness.errors import UsageError
 from harness.nightly import cells as cells_mod
@@ -651,3 +653,45 @@ def test_a_provider_entry_takes_the_package_sources_run_takes(tiny):
         path.write_text(head + f'[[providers]]\npackage = "onnxruntime"\n{bad}\n')
         with pytest.raises(UsageError, match=re.escape(said)):
             matrix.load(path)
+
+
+@pytest.mark.release
+def test_matrix_run_shows_its_cells_and_probes_as_it_goes_and_ctrl_c_says_how_to_resume(tiny, cache_dir, tmp_path):
+    """Piped (no terminal): a line as each cell starts (n of N, elapsed, an ETA once a cell is done) and as each
+    probe starts and ends (where its search stands, elapsed, an ETA): a long emulated probe is not silence. Ctrl-C
+    (SIGINT) while a probe runs: exit 130 and one line that says what is saved and how to go on; the same command
+    then reuses the finished probe."""
+    path = write_matrix(tiny, "stopped")
+    results = tmp_path / "results"
+    argv = [sys.executable, "-c", ENTRY, "matrix", "run", str(path), "--cache-dir", str(cache_dir),
+            "--results-dir", str(results)]
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "COLUMNS": "200", **gate.env})
+    try:
+        gate.let_go(gate.next_running(proc))
+        gate.next_running(proc)  # the second probe, held inside its worker
+        wait_for(lambda: any(len(p.read_text().splitlines()) == 1 for p in results.rglob("probes.jsonl")),
+                 "the first probe to be recorded")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        gate.open()
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert re.search(r"^cell 0 \(1 of 2; 0 s elapsed\): ", stderr, re.M), stderr
+    starts = re.findall(r"^  \[0\] probing (\S+) \(probe (\d) of at most (\d); (.*)\)$", stderr, re.M)
+    assert [(i, n) for _, i, n, _ in starts] == [("1", "2"), ("2", "2")], stderr
+    assert starts[0][3].endswith("s elapsed") and starts[1][3].endswith(" s left"), starts
+    done = re.findall(r"^  \[0\] onnxruntime (\S+) .*\((.*)\)$", stderr, re.M)
+    assert len(done) == 1 and "s elapsed" in done[0][1] and done[0][1].endswith("probe 1 of at most 2"), done
+    (said,) = [x for x in stderr.splitlines() if x.startswith("interrupted")]
+    assert said == (f"interrupted: 0 of 2 cells finished; they and every finished probe are saved in {results}; "
+                    "run the same command again to continue"), stderr
+
+    again = ob("matrix", "run", path, "--cache-dir", cache_dir, "--results-dir", results, "--json")
+    assert again.returncode == 0, again.stderr
+    first = again.json()["cells"][0]["probes"]
+    assert [p["reused"] for p in first] == [True, False], first
+    assert re.search(r"^cell 1 \(2 of 2; \d+ s elapsed; about \d+ s left\): ", again.stderr, re.M), again.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import builders
 import numpy as np
 import pytest
-from gates import WorkerGate, wait_for
+from gates import WorkerGate, foreground, wait_for
 
 from harness.driver import Driver
 from harness.probe import ProbeJob
@@ -128,12 +128,7 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
             "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
             "--json"]
     gate = WorkerGate(tmp_path / "gate")
-    # As a terminal's foreground job has it: SIGINT at its default. A suite started in the background by a
-    # non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it (POSIX's rule for
-    # background jobs), so without this the Ctrl-C below would never arrive.
-    foreground = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                  "os.execv(sys.argv[1], sys.argv[1:])"]
-    proc = subprocess.Popen([*foreground, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **gate.env})
     try:
         for _ in range(2):
@@ -269,11 +264,10 @@ def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path)
 WAITING = "another run is probing it"
 
 
-def _started(argv: list[str], tmp_path: Path, name: str, env: dict, foreground: bool = False) -> subprocess.Popen:
+def _started(argv: list[str], tmp_path: Path, name: str, env: dict, in_foreground: bool = False) -> subprocess.Popen:
     """`argv` started with its stdout and stderr in files (two runs at once must never block on a pipe)."""
-    if foreground:  # SIGINT at its default, as a terminal's foreground job has it (see the test above)
-        argv = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "os.execv(sys.argv[1], sys.argv[1:])", *argv]
+    if in_foreground:  # SIGINT at its default, as a terminal's foreground job has it
+        argv = foreground(argv)
     out, err = (open(tmp_path / f"{name}.{s}", "w") for s in ("out", "err"))
     with out, err:
         return subprocess.Popen(argv, stdout=out, stderr=err, text=True, env={**os.environ, **env})
@@ -328,7 +322,7 @@ def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
     second = None
     try:
         gate.next_running(first)  # the first run's first worker, held: it holds that release's lock
-        second = _started(argv, tmp_path, "second", gate.env, foreground=True)
+        second = _started(argv, tmp_path, "second", gate.env, in_foreground=True)
         wait_for(lambda: WAITING in _said(tmp_path, "second"), "the second run to wait for the first's probe")
         second.send_signal(signal.SIGINT)
         try:
