@@ -47,6 +47,37 @@ def cells(matrix_file, as_json):
     return 0
 
 
+@command.command("init")
+@click.argument("matrix_file", type=click.Path(path_type=Path), default=None, required=False, metavar="[PATH]")
+@click.option("--model", "models", multiple=True, metavar="NAME|FILE.onnx[:BATCH.npz]",
+              help="A model of the matrix (repeatable), as [[models]] takes it: a registered name, or a file and its "
+                   "batch, relative to the matrix. Default: the embedded gemma-tiny-fused and gemma-tiny-decomposed.")
+@click.option("--since", metavar="VERSION", help="Every release from VERSION on, newest included (the default: 1.19.0).")
+@click.option("--from", "from_", metavar="VERSION", help="With --to: the range's first release.")
+@click.option("--to", "to", metavar="VERSION", help="With --from: the range's last release.")
+@click.option("--workflow/--no-workflow", default=True, show_default=True,
+              help="Also write .github/workflows/ortbisect.yml (under the current directory): a reusable workflow "
+                   "(on: workflow_call) that runs the matrix of the models and range a caller gives it.")
+@click.option("--force", is_flag=True, help="Overwrite the files if they are there (else refused).")
+def init(matrix_file, models, since, from_, to, workflow, force):
+    """Write a starter matrix (PATH, default ortbisect.toml) and a reusable GitHub workflow: a nightly of your models
+    from a tool install. The matrix is checked as `matrix run` checks it before anything is written."""
+    from harness.errors import UsageError
+    from harness.nightly import starter
+
+    if since and (from_ or to):
+        raise UsageError(f"--since {since}: give --since or a range (--from, --to), not both")
+    if bool(from_) != bool(to):
+        raise UsageError(f"--from {from_}: give --to too" if from_ else f"--to {to}: give --from too")
+    path = Path(matrix_file) if matrix_file else Path(starter.MATRIX_NAME)
+    written = starter.write(path, starter.matrix_text(models, since, from_, to),
+                            starter.WORKFLOW_PATH if workflow else None, force)
+    for p in written:
+        out.print(f"wrote {escape(str(p))}")
+    out.print(f"next: bisect matrix cells {escape(str(path))}; bisect matrix run {escape(str(path))}")
+    return 0
+
+
 @command.command("run")
 @click.argument("matrix_file", type=click.Path(path_type=Path))
 @click.option("--cell", "cell", type=int, multiple=True, help="Run only this cell (repeatable); see `matrix cells`.")
