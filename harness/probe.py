@@ -259,12 +259,22 @@ class ProbeStopped(Exception):
 
 
 @contextmanager
-def serving(jobs: int = 1, keep: bool = True) -> Iterator[ThreadPoolExecutor]:
+def serving(jobs: int = 1, keep: bool = True, stop: Prober | None = None) -> Iterator[ThreadPoolExecutor]:
     """`jobs` probes at once on live workers that serve one request after another (a worker's start is most of
     a small model's probe, many times so under emulation); `keep=False` ends each worker after its probe and
-    lets only the early-started ones wait (the search: each release is probed once)."""
+    lets only the early-started ones wait (the search: each release is probed once).
+
+    `stop`: the prober of the pool's probes, stopped and its workers killed when the block is left by an
+    exception (Ctrl-C): else the pool would wait for a probe still running, minutes under emulation, and what
+    a killed worker leaves is no evidence to record."""
     with reusing_workers(keep=keep), ThreadPoolExecutor(max(1, jobs), thread_name_prefix="probe") as pool:
-        yield pool
+        try:
+            yield pool
+        except BaseException:
+            if stop is not None:
+                stop.stop()
+                kill_live_workers()
+            raise
 
 
 def default_timeout(weight_bytes: int, emulated: bool) -> float:

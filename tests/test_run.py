@@ -345,3 +345,29 @@ def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
     (probes,) = (tmp_path / "res").rglob("probes.jsonl")
     recorded = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
     assert sorted(recorded) == ["1.19.0", "1.20.0"]
+
+
+@pytest.mark.parametrize("command, kept", [("reduce", "reduced"), ("blame", "blame")])
+def test_ctrl_c_in_reduce_or_blame_says_what_is_saved_and_how_to_go_on(bisect, residual_norm, tmp_path, command, kept):
+    """Ctrl-C (SIGINT) while `reduce` or `blame` has a probe inside its worker: exit 130, no traceback, and one line
+    that names where its finished probes are and says to run the same command again, as `run` and `sweep` do."""
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.1", "--json")
+    assert r.returncode == 0, r.stderr
+    run_dir = bisect.results_dir / r.json()["run_id"]
+    argv = [sys.executable, "-m", "harness.cli", command, str(run_dir), "--cache-dir", str(bisect.cache_dir)]
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200", **gate.env})
+    try:
+        gate.next_running(proc)  # its first probe, held inside the worker
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        gate.open()
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    (said,) = [x for x in stderr.splitlines() if x.startswith("interrupted")]
+    assert said == (f"interrupted: the finished probes are saved in {run_dir / kept}; run the same command again "
+                    "to continue"), stderr

@@ -145,7 +145,7 @@ def blame_pair(plan, good, bad, store: RunStore, run_store: RunStore, *, referen
     t0 = time.perf_counter()
     pp = PairProber(plan, store, run_store, reference, question.get("key"), log, observer)
     # live workers serve one probe after another (under emulation a worker's start is most of a small probe)
-    with serving(2) as pool:
+    with serving(2, stop=pp._prober) as pool:
         return _blame(pp, pool, plan, good, bad, store, run_store, question, nodes, repo, log, t0)
 
 

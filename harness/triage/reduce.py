@@ -230,7 +230,7 @@ class Checker:
             return found
         if a is not None:
             self.reference_used = a.cut(self.bad.version, kept)
-        with serving(2) as pool:  # the pair at once
+        with serving(2, stop=self._prober) as pool:  # the pair at once
             refs = {r.version: a.cut(r.version, kept) if a else None for r in (self.good, self.bad)}
             return dict(pool.map(lambda r: one(r, refs[r.version]), (self.good, self.bad)))
 
