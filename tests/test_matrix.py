@@ -726,6 +726,10 @@ def test_init_writes_a_starter_matrix_that_loads_and_the_reusable_workflow_and_r
     forced = init(tmp_path, "--force")
     assert forced.returncode == 0, forced.stderr
     assert len(matrix.load(tmp_path / "ortbisect.toml").cells) == 4
+    # elsewhere (the README's my-nightly/ortbisect.toml): the workflow goes to .github/ of the matrix's directory
+    nested = init(tmp_path, "my-nightly/ortbisect.toml")
+    assert nested.returncode == 0, nested.stderr
+    assert (tmp_path / "my-nightly" / ".github" / "workflows" / "ortbisect.yml").read_text() == workflow.read_text()
 
 
 def test_init_writes_the_models_and_range_asked_and_refuses_one_the_loader_refuses(tiny, tmp_path):

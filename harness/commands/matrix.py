@@ -56,8 +56,8 @@ def cells(matrix_file, as_json):
 @click.option("--from", "from_", metavar="VERSION", help="With --to: the range's first release.")
 @click.option("--to", "to", metavar="VERSION", help="With --from: the range's last release.")
 @click.option("--workflow/--no-workflow", default=True, show_default=True,
-              help="Also write .github/workflows/ortbisect.yml (under the current directory): a reusable workflow "
-                   "(on: workflow_call) that runs the matrix of the models and range a caller gives it.")
+              help="Also write .github/workflows/ortbisect.yml in the matrix's directory (a repository's root): a "
+                   "reusable workflow (on: workflow_call) that runs the matrix of the models and range a caller gives it.")
 @click.option("--force", is_flag=True, help="Overwrite the files if they are there (else refused).")
 def init(matrix_file, models, since, from_, to, workflow, force):
     """Write a starter matrix (PATH, default ortbisect.toml) and a reusable GitHub workflow: a nightly of your models
@@ -71,7 +71,7 @@ def init(matrix_file, models, since, from_, to, workflow, force):
         raise UsageError(f"--from {from_}: give --to too" if from_ else f"--to {to}: give --from too")
     path = Path(matrix_file) if matrix_file else Path(starter.MATRIX_NAME)
     written = starter.write(path, starter.matrix_text(models, since, from_, to),
-                            starter.WORKFLOW_PATH if workflow else None, force)
+                            path.parent / starter.WORKFLOW_PATH if workflow else None, force)
     for p in written:
         out.print(f"wrote {escape(str(p))}")
     out.print(f"next: bisect matrix cells {escape(str(path))}; bisect matrix run {escape(str(path))}")

@@ -15,7 +15,7 @@ from typing import Sequence
 from harness.errors import UsageError
 
 MATRIX_NAME = "ortbisect.toml"  # the matrix's default path
-WORKFLOW_PATH = Path(".github") / "workflows" / "ortbisect.yml"  # where the workflow goes, from the current directory
+WORKFLOW_PATH = Path(".github") / "workflows" / "ortbisect.yml"  # where the workflow goes, from the matrix's directory
 _MODEL = re.compile(r'^\[\[models\]\]\n(?:name|path) = "[^"\n]*"\n\n?', re.M)
 _RELEASES = re.compile(r"^releases = \{[^}\n]*\}", re.M)
 
