@@ -99,6 +99,11 @@ def _terminated(signum, frame) -> None:
     raise Terminated()
 
 
+# commands whose finished work is kept and reused by the same command run again (options' combinations, mitigate's
+# probes, a finished trace, report's probe of the newest release); run, sweep, compare, reduce, blame and matrix
+# say where theirs are themselves
+GO_ON_BY_RUNNING_AGAIN = ("options", "mitigate", "trace", "diff", "report")
+
 # errors of the filesystem a command reads or writes (full, read-only, not allowed, failing): the environment's
 FILESYSTEM_FAILURES = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO}
 
@@ -109,6 +114,9 @@ def _run(args: list[str]) -> tuple[int, str | None, bool]:
         rc = cli.main(args=args, standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt) as exc:
         status = stopped_status(exc)
+        if next((a for a in args if not a.startswith("-")), None) in GO_ON_BY_RUNNING_AGAIN:
+            err.print(f"{STOPPED[status]}: what finished is saved; run the same command again to go on (it is reused)")
+            return status, STOPPED[status], True
         return status, STOPPED[status], False
     except click.ClickException as exc:
         return EXIT_USAGE, exc.format_message(), False

@@ -102,14 +102,16 @@ class Observer(Protocol):
     def probe_started(self, version: str) -> None: ...
     def probe_finished(self, record: dict, reused: bool) -> None: ...
     def probe_waiting(self, version: str) -> None: ...  # another run is probing it: its record will be reused
-    def expect(self, left: int) -> None: ...  # before a round: the most probes still to come (search.probes_left)
+    # before a round or a step: the most probes still to come (search.probes_left), None where nothing bounds them
+    # (delta debugging); `step`: what the bound is of, when it is one step's of several (a reduction's rows)
+    def expect(self, left: int | None, step: str | None = None) -> None: ...
 
 
 class Silent:
     def probe_started(self, version: str) -> None:
         pass
 
-    def expect(self, left: int) -> None:
+    def expect(self, left: int | None, step: str | None = None) -> None:
         pass
 
     def probe_waiting(self, version: str) -> None:
@@ -117,6 +119,26 @@ class Silent:
 
     def probe_finished(self, record: dict, reused: bool) -> None:
         pass
+
+
+class Ahead:
+    """An observer whose bounds count `later` more probes, to come after this driver's (the pairs of a comparison
+    still to probe): "probe 3 of at most 12" is of the whole command."""
+
+    def __init__(self, observer: Observer, later: int):
+        self.observer, self.later = observer, later
+
+    def expect(self, left: int | None, step: str | None = None) -> None:
+        self.observer.expect(None if left is None else left + self.later, step)
+
+    def probe_started(self, version: str) -> None:
+        self.observer.probe_started(version)
+
+    def probe_waiting(self, version: str) -> None:
+        self.observer.probe_waiting(version)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        self.observer.probe_finished(record, reused)
 
 
 #: `outputs=` of Prober.probe: the outputs go where the store keeps this release's (and series') outputs
@@ -237,12 +259,22 @@ class ProbeStopped(Exception):
 
 
 @contextmanager
-def serving(jobs: int = 1, keep: bool = True) -> Iterator[ThreadPoolExecutor]:
+def serving(jobs: int = 1, keep: bool = True, stop: Prober | None = None) -> Iterator[ThreadPoolExecutor]:
     """`jobs` probes at once on live workers that serve one request after another (a worker's start is most of
     a small model's probe, many times so under emulation); `keep=False` ends each worker after its probe and
-    lets only the early-started ones wait (the search: each release is probed once)."""
+    lets only the early-started ones wait (the search: each release is probed once).
+
+    `stop`: the prober of the pool's probes, stopped and its workers killed when the block is left by an
+    exception (Ctrl-C): else the pool would wait for a probe still running, minutes under emulation, and what
+    a killed worker leaves is no evidence to record."""
     with reusing_workers(keep=keep), ThreadPoolExecutor(max(1, jobs), thread_name_prefix="probe") as pool:
-        yield pool
+        try:
+            yield pool
+        except BaseException:
+            if stop is not None:
+                stop.stop()
+                kill_live_workers()
+            raise
 
 
 def default_timeout(weight_bytes: int, emulated: bool) -> float:

@@ -8,6 +8,7 @@ writes `running-PID` there just before the model runs and waits for `go-PID`
 from __future__ import annotations
 
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -54,3 +55,11 @@ def wait_for(condition, what: str, timeout: float = 120) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"waited {timeout:.0f} s for {what}")
         time.sleep(0.01)
+
+
+def foreground(argv: list[str]) -> list[str]:
+    """`argv` with SIGINT at its default, as a terminal's foreground job has it. A suite started in the background
+    by a non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it (POSIX's rule for
+    background jobs), so without this a test's Ctrl-C would never arrive."""
+    return [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+            "os.execv(sys.argv[1], sys.argv[1:])", *argv]

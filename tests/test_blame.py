@@ -251,6 +251,12 @@ def test_a_kernel_change_is_no_transformers_fault_and_the_kernel_is_named(bisect
     assert b.returncode == 0, b.stderr
     doc = b.json()
     assert not doc["flips"] and doc["transformers"] is None and doc["on_last_good"] is None
+    # a line per probe made, with the time elapsed; in a step with a bound (the look, the levels), an ETA of it
+    lines = re.findall(r"^probe +\d+(?: of at most \d+)?: .*\((.*)\)$", b.stderr, re.M)
+    assert len(lines) == doc["probed_now"] and all(" s elapsed" in how for how in lines), b.stderr
+    assert re.search(r"^probe +1 of at most 2: .*; about \d+ s left for the look at both releases\)$", b.stderr,
+                     re.M), b.stderr
+    assert re.search(r"; about \d+ s left for the checks after\)$", b.stderr, re.M), b.stderr
     assert [s["flipped"] for s in doc["stages"]] == [False, False]
     assert doc["level"]["verdicts"]["disable"] == "bad" and doc["level"]["good_at"] is None
     rows = {row["node"]: row for row in doc["kernels"]["nodes"]}

@@ -63,6 +63,24 @@ def test_a_failure_with_json_is_one_json_object_on_stdout(monkeypatch, capsys, b
     assert capsys.readouterr().out == ""
 
 
+@pytest.mark.parametrize("name, hint", [("options", True), ("trace", True), ("versions", False)])
+def test_ctrl_c_in_a_command_that_reuses_what_finished_says_to_run_it_again(monkeypatch, capsys, name, hint):
+    """A command that does not say where its work is (run, sweep, compare, reduce, blame and matrix do) but keeps
+    and reuses it: the one line says to run it again; --json's error object stays "interrupted"."""
+    @click.command(name)
+    @click.option("--json", "as_json", is_flag=True)
+    def stopped(as_json):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setitem(cli.cli.commands, name, stopped)
+    assert cli.main([name, "--json"]) == 130
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == {"error": "interrupted", "exit_status": 130}
+    lines = [x for x in captured.err.splitlines() if x.strip()]
+    assert lines == (["interrupted: what finished is saved; run the same command again to go on (it is reused)"]
+                     if hint else ["interrupted"]), captured.err
+
+
 def test_a_usage_error_click_finds_is_exit_2_and_json(monkeypatch, capsys):
     fake(monkeypatch, lambda: 0)
     assert cli.main(["boom", "--size", "many", "--json"]) == 2

@@ -9,6 +9,7 @@ are in tests/test_packages_real.py.
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -137,6 +138,25 @@ def test_comparing_again_probes_nothing(lacking):
     assert again["probes"] == {"made": 0, "reused": 4}
     assert [p.runner.calls for p in plans] == calls and [len(p.store.records()) for p in plans] == lines
     assert again["pairs"] == first["pairs"]
+
+
+def test_the_progress_lines_count_every_pair_s_probes(lacking):
+    """"probe i of at most N" of the whole comparison (N: every pair's probes, not the pair's at hand), with the time
+    elapsed and an ETA at the pace of the probes made so far."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from harness.report.terminal import ProbeLines
+
+    plans, store = lacking
+    text = StringIO()
+    with ProbeLines(Console(file=text, width=200)) as progress:
+        compare_over(plans, store, "tiny", "1.19.0", "1.22.0", observer=progress)
+    lines = re.findall(r"^probe +(\d+) of at most (\d+): \S+ (\S+) .*\((.*)\)$", text.getvalue(), re.M)
+    assert [(int(i), int(n), v) for i, n, v, _ in lines] == [(1, 4, "1.20.0"), (2, 4, "1.21.0"), (3, 4, "1.20.0"),
+                                                            (4, 4, "1.21.0")], text.getvalue()
+    assert all(re.fullmatch(r"0\.0 s; 0 s elapsed; about 0 s left", how) for *_, how in lines), lines
 
 
 def entry(v, d, diverges=False, why="agrees"):

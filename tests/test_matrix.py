@@ -7,6 +7,7 @@ import json
 import os
 import platform
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,6 +18,7 @@ import inproc
 import jsonschema
 import numpy as np
 import pytest
+from gates import WorkerGate, foreground, wait_for
 
 from harness.errors import UsageError
 from harness.nightly import cells as cells_mod
@@ -651,3 +653,108 @@ def test_a_provider_entry_takes_the_package_sources_run_takes(tiny):
         path.write_text(head + f'[[providers]]\npackage = "onnxruntime"\n{bad}\n')
         with pytest.raises(UsageError, match=re.escape(said)):
             matrix.load(path)
+
+
+@pytest.mark.release
+def test_matrix_run_shows_its_cells_and_probes_as_it_goes_and_ctrl_c_says_how_to_resume(tiny, cache_dir, tmp_path):
+    """Piped (no terminal): a line as each cell starts (n of N, elapsed, an ETA once a cell is done) and as each
+    probe starts and ends (where its search stands, elapsed, an ETA): a long emulated probe is not silence. Ctrl-C
+    (SIGINT) while a probe runs: exit 130 and one line that says what is saved and how to go on; the same command
+    then reuses the finished probe."""
+    path = write_matrix(tiny, "stopped")
+    results = tmp_path / "results"
+    argv = [sys.executable, "-c", ENTRY, "matrix", "run", str(path), "--cache-dir", str(cache_dir),
+            "--results-dir", str(results)]
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env={**os.environ, "COLUMNS": "200", **gate.env})
+    try:
+        gate.let_go(gate.next_running(proc))
+        gate.next_running(proc)  # the second probe, held inside its worker
+        wait_for(lambda: any(len(p.read_text().splitlines()) == 1 for p in results.rglob("probes.jsonl")),
+                 "the first probe to be recorded")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        gate.open()
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    assert re.search(r"^cell 0 \(1 of 2; 0 s elapsed\): ", stderr, re.M), stderr
+    starts = re.findall(r"^  \[0\] probing (\S+) \(probe (\d) of at most (\d); (.*)\)$", stderr, re.M)
+    assert [(i, n) for _, i, n, _ in starts] == [("1", "2"), ("2", "2")], stderr
+    assert starts[0][3].endswith("s elapsed") and starts[1][3].endswith(" s left"), starts
+    done = re.findall(r"^  \[0\] onnxruntime (\S+) .*\((.*)\)$", stderr, re.M)
+    assert len(done) == 1 and "s elapsed" in done[0][1] and done[0][1].endswith("probe 1 of at most 2"), done
+    (said,) = [x for x in stderr.splitlines() if x.startswith("interrupted")]
+    assert said == (f"interrupted: 0 of 2 cells finished; they and every finished probe are saved in {results}; "
+                    "run the same command again to continue"), stderr
+
+    again = ob("matrix", "run", path, "--cache-dir", cache_dir, "--results-dir", results, "--json")
+    assert again.returncode == 0, again.stderr
+    first = again.json()["cells"][0]["probes"]
+    assert [p["reused"] for p in first] == [True, False], first
+    assert re.search(r"^cell 1 \(2 of 2; \d+ s elapsed; about \d+ s left\): ", again.stderr, re.M), again.stderr
+
+
+# -- bisect matrix init: a nightly from a tool install -----------------------------------------------------
+
+def init(cwd: Path, *args) -> Result:
+    return Result(subprocess.run([sys.executable, "-m", "harness.cli", "matrix", "init", *map(str, args)],
+                                 capture_output=True, text=True, timeout=120, cwd=cwd))
+
+
+def test_init_writes_a_starter_matrix_that_loads_and_the_reusable_workflow_and_refuses_to_overwrite(tmp_path):
+    """The starter matrix is package data (it ships with `uv tool install`) and loads as `matrix run` loads it; the
+    workflow written is the repository's reusable one. A second init is refused (one line, exit 2, nothing
+    touched) unless --force."""
+    from harness.nightly import starter
+
+    r = init(tmp_path)
+    assert r.returncode == 0, r.stderr
+    m = matrix.load(tmp_path / "ortbisect.toml")
+    assert {c.model for c in m.cells} == {"gemma-tiny-fused", "gemma-tiny-decomposed"}
+    assert {c.arch for c in m.cells} == {"x86_64", "aarch64"} and all(c.releases == {"since": "1.19.0"} for c in m.cells)
+    workflow = tmp_path / ".github" / "workflows" / "ortbisect.yml"
+    assert workflow.read_text() == (ROOT / ".github" / "workflows" / "ortbisect.yml").read_text() \
+        == starter.packaged("workflow.yml")
+
+    (tmp_path / "ortbisect.toml").write_text("# mine\n")
+    again = init(tmp_path)
+    assert one_line_error(again) == "error: ortbisect.toml: already there; give --force to overwrite it"
+    assert (tmp_path / "ortbisect.toml").read_text() == "# mine\n"
+    forced = init(tmp_path, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert len(matrix.load(tmp_path / "ortbisect.toml").cells) == 4
+    # elsewhere (the README's my-nightly/ortbisect.toml): the workflow goes to .github/ of the matrix's directory
+    nested = init(tmp_path, "my-nightly/ortbisect.toml")
+    assert nested.returncode == 0, nested.stderr
+    assert (tmp_path / "my-nightly" / ".github" / "workflows" / "ortbisect.yml").read_text() == workflow.read_text()
+
+
+def test_init_writes_the_models_and_range_asked_and_refuses_one_the_loader_refuses(tiny, tmp_path):
+    """--model FILE.onnx:BATCH.npz (relative to the matrix) and a registered name, --from/--to or --since: the matrix
+    has those cells; a model the loader refuses is one line, exit 2, and nothing is written."""
+    import shutil
+
+    (tmp_path / "models").mkdir()
+    for f in ("residual_norm.onnx", "batch.npz"):
+        shutil.copy(tiny / f, tmp_path / "models" / f)
+    r = init(tmp_path, "mine.toml", "--model", "models/residual_norm.onnx:models/batch.npz", "--model",
+             "gemma-tiny-fused", "--from", "1.20.0", "--to", "1.22.0", "--no-workflow")
+    assert r.returncode == 0, r.stderr
+    assert not (tmp_path / ".github").exists()
+    cells = matrix.load(tmp_path / "mine.toml").cells
+    assert {(Path(c.model).name, c.arch) for c in cells} == {(n, a) for n in ("residual_norm.onnx", "gemma-tiny-fused")
+                                                              for a in ("x86_64", "aarch64")}
+    assert all(c.releases == {"from": "1.20.0", "to": "1.22.0"} for c in cells)
+    since = init(tmp_path, "since.toml", "--model", "gemma-tiny-fused", "--since", "1.21.0", "--no-workflow")
+    assert since.returncode == 0 and matrix.load(tmp_path / "since.toml").cells[0].releases == {"since": "1.21.0"}
+
+    for args, message in ((("--model", "nope"), "unknown model 'nope'"),
+                          (("--since", "1.21.0", "--from", "1.20.0", "--to", "1.22.0"), "not both"),
+                          (("--from", "1.20.0"), "give --to too")):
+        bad = init(tmp_path, "bad.toml", *args)
+        assert message in one_line_error(bad)
+        assert not (tmp_path / "bad.toml").exists() and not (tmp_path / ".github").exists()
+    assert [p.name for p in tmp_path.glob(".init-*")] == []  # no trial file left behind

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -247,6 +249,11 @@ def test_a_state_input_whose_batch_is_axis_1_is_cut_along_that_axis(bisect, tmp_
     doc = red.json()
     assert doc["verified"]["flips"] and doc["reduced"] is True
     assert doc["rows"] == {"before": 8, "after": 1, "kept": [5], "axes": {"input": 0, "state": 1, "sr": None}}
+    # a line per probe made, with the time elapsed; in a step with a bound (the bad row alone), an ETA of it
+    lines = re.findall(r"^probe +\d+(?: of at most \d+)?: .*\((.*)\)$", red.stderr, re.M)
+    assert len(lines) == doc["probes"]["made"] and all(" s elapsed" in how for how in lines), red.stderr
+    assert re.search(r"^probe +1 of at most 2: .*; about \d+ s left for the bad rows alone\)$", red.stderr, re.M), \
+        red.stderr
     reduced = results / run_id / "reduced"
     with np.load(reduced / "inputs.npz") as kept:
         shapes = {k: kept[k].shape for k in kept.files}

@@ -15,7 +15,7 @@ from pathlib import Path
 import builders
 import numpy as np
 import pytest
-from gates import WorkerGate, wait_for
+from gates import WorkerGate, foreground, wait_for
 
 from harness.driver import Driver
 from harness.probe import ProbeJob
@@ -128,12 +128,7 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
             "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
             "--json"]
     gate = WorkerGate(tmp_path / "gate")
-    # As a terminal's foreground job has it: SIGINT at its default. A suite started in the background by a
-    # non-interactive shell inherits SIGINT ignored, and Python then keeps ignoring it (POSIX's rule for
-    # background jobs), so without this the Ctrl-C below would never arrive.
-    foreground = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                  "os.execv(sys.argv[1], sys.argv[1:])"]
-    proc = subprocess.Popen([*foreground, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **gate.env})
     try:
         for _ in range(2):
@@ -269,11 +264,10 @@ def test_nothing_heavy_is_loaded_while_the_first_probe_runs(cache_dir, tmp_path)
 WAITING = "another run is probing it"
 
 
-def _started(argv: list[str], tmp_path: Path, name: str, env: dict, foreground: bool = False) -> subprocess.Popen:
+def _started(argv: list[str], tmp_path: Path, name: str, env: dict, in_foreground: bool = False) -> subprocess.Popen:
     """`argv` started with its stdout and stderr in files (two runs at once must never block on a pipe)."""
-    if foreground:  # SIGINT at its default, as a terminal's foreground job has it (see the test above)
-        argv = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
-                "os.execv(sys.argv[1], sys.argv[1:])", *argv]
+    if in_foreground:  # SIGINT at its default, as a terminal's foreground job has it
+        argv = foreground(argv)
     out, err = (open(tmp_path / f"{name}.{s}", "w") for s in ("out", "err"))
     with out, err:
         return subprocess.Popen(argv, stdout=out, stderr=err, text=True, env={**os.environ, **env})
@@ -328,7 +322,7 @@ def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
     second = None
     try:
         gate.next_running(first)  # the first run's first worker, held: it holds that release's lock
-        second = _started(argv, tmp_path, "second", gate.env, foreground=True)
+        second = _started(argv, tmp_path, "second", gate.env, in_foreground=True)
         wait_for(lambda: WAITING in _said(tmp_path, "second"), "the second run to wait for the first's probe")
         second.send_signal(signal.SIGINT)
         try:
@@ -351,3 +345,29 @@ def test_ctrl_c_while_waiting_for_another_runs_probe(cache_dir, tmp_path):
     (probes,) = (tmp_path / "res").rglob("probes.jsonl")
     recorded = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
     assert sorted(recorded) == ["1.19.0", "1.20.0"]
+
+
+@pytest.mark.parametrize("command, kept", [("reduce", "reduced"), ("blame", "blame")])
+def test_ctrl_c_in_reduce_or_blame_says_what_is_saved_and_how_to_go_on(bisect, residual_norm, tmp_path, command, kept):
+    """Ctrl-C (SIGINT) while `reduce` or `blame` has a probe inside its worker: exit 130, no traceback, and one line
+    that names where its finished probes are and says to run the same command again, as `run` and `sweep` do."""
+    model, batch = residual_norm
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.1", "--json")
+    assert r.returncode == 0, r.stderr
+    run_dir = bisect.results_dir / r.json()["run_id"]
+    argv = [sys.executable, "-m", "harness.cli", command, str(run_dir), "--cache-dir", str(bisect.cache_dir)]
+    gate = WorkerGate(tmp_path / "gate")
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200", **gate.env})
+    try:
+        gate.next_running(proc)  # its first probe, held inside the worker
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        gate.open()
+        proc.kill()
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr, stderr
+    (said,) = [x for x in stderr.splitlines() if x.startswith("interrupted")]
+    assert said == (f"interrupted: the finished probes are saved in {run_dir / kept}; run the same command again "
+                    "to continue"), stderr

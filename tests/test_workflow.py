@@ -34,6 +34,7 @@ from harness.results.store import RunStore
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKFLOW = ROOT / ".github" / "workflows" / "nightly.yml"
+REUSABLE = ROOT / ".github" / "workflows" / "ortbisect.yml"  # what `bisect matrix init` writes (package data)
 EXPR = re.compile(r"\$\{\{\s*(.*?)\s*\}\}")
 SHELL = ["bash", "--noprofile", "--norc", "-eo", "pipefail"]
 
@@ -43,17 +44,20 @@ def _zizmor() -> str:
     return str(exe) if exe.exists() else shutil.which("zizmor") or "zizmor"
 
 
-def test_workflow_is_zizmor_clean():
+@pytest.mark.parametrize("workflow", [WORKFLOW, REUSABLE], ids=lambda p: p.name)
+def test_workflow_is_zizmor_clean(workflow):
     """Pinned actions, no persisted credentials, no template expansion in scripts, least permissions."""
-    proc = subprocess.run([_zizmor(), "--offline", "--persona=pedantic", str(WORKFLOW)], capture_output=True,
+    proc = subprocess.run([_zizmor(), "--offline", "--persona=pedantic", str(workflow)], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "No findings to report" in proc.stdout + proc.stderr
+    assert "anchors" not in proc.stdout + proc.stderr  # GitHub reads YAML anchors only since late 2025
 
 
-def test_every_action_is_pinned_to_a_commit_with_its_version():
-    doc = yaml.safe_load(WORKFLOW.read_text())
-    uses = [line.strip() for line in WORKFLOW.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
+@pytest.mark.parametrize("workflow", [WORKFLOW, REUSABLE], ids=lambda p: p.name)
+def test_every_action_is_pinned_to_a_commit_with_its_version(workflow):
+    doc = yaml.safe_load(workflow.read_text())
+    uses = [line.strip() for line in workflow.read_text().splitlines() if re.match(r"\s*(- )?uses:", line)]
     assert uses and all(re.search(r"@[0-9a-f]{40} # v\d+(\.\d+)*$", u) for u in uses), uses
     for name, job in doc["jobs"].items():
         assert "permissions" in job, f"job {name} names its permissions"
@@ -336,3 +340,38 @@ def all_records_on(remote: Path, into: Path) -> dict[str, list[str]]:
     tar = subprocess.run(["git", "--git-dir", str(remote), "archive", "results"], check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=tar, check=True)
     return all_records(into)
+
+
+def test_the_reusable_workflow_makes_the_matrix_of_its_inputs(tmp_path):
+    """The reusable workflow's own steps (ortbisect.yml, as `bisect matrix init` writes it), run here: its inputs
+    (models separated by spaces or commas, a file with its batch; a range with an empty `to`) become the matrix
+    every job makes alike, and its cells the job matrix. `uvx --from $ORTBISECT bisect` is this checkout's."""
+    from harness.nightly import matrix
+
+    doc = yaml.safe_load(REUSABLE.read_text())
+    assert set(doc[True]["workflow_call"]["inputs"]) == {"models", "from", "to", "ortbisect"}  # YAML reads on: as True
+    steps = {job: {s.get("id") or s.get("name"): s for s in spec["steps"]} for job, spec in doc["jobs"].items()}
+    made = steps["cells"]["The matrix of the models and range"]["run"]
+    assert steps["cell"]["The matrix of the models and range"]["run"] == made
+    shim = tmp_path / "bin" / "uvx"
+    shim.parent.mkdir()
+    shim.write_text(f'#!/bin/sh\n[ "$1" = --from ] && [ "$3" = bisect ] || exit 9\nshift 3\n'
+                    f'exec {sys.executable} -m harness.cli "$@"\n')
+    shim.chmod(0o755)
+    work = tmp_path / "repo"
+    (work / "models").mkdir(parents=True)
+    builders.save(builders.residual_norm_model(), work / "models" / "enc.onnx")
+    np.savez(work / "models" / "batch.npz", **builders.residual_norm_inputs())
+    output = tmp_path / "github_output"
+    env = {**os.environ, **doc["env"], "MODELS": "models/enc.onnx:models/batch.npz, gemma-tiny-fused",
+           "FROM": "1.21.0", "TO": "", "ORTBISECT": "ortbisect", "GITHUB_OUTPUT": str(output),
+           "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
+    for script in (made, steps["cells"]["cells"]["run"]):
+        proc = subprocess.run([*SHELL, "-c", script], cwd=work, env=env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    cells = matrix.load(work / doc["env"]["MATRIX_FILE"]).cells
+    assert {(Path(c.model).name, c.arch) for c in cells} == {(m, a) for m in ("enc.onnx", "gemma-tiny-fused")
+                                                              for a in ("x86_64", "aarch64")}
+    assert all(c.releases == {"since": "1.21.0"} for c in cells)
+    (line,) = output.read_text().splitlines()
+    assert len(json.loads(line.removeprefix("matrix="))["include"]) == 4

@@ -32,7 +32,7 @@ from harness.blame import session_log
 from harness.blame.transformers import REWRITE_RULES, RULE_BASED, minimal_set
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.metrics import probe_metrics
-from harness.probe import ProbeJob, Prober, serving
+from harness.probe import Observer, ProbeJob, Prober, serving
 from harness.reference import Reference, arrays_for, restored
 from harness.results.store import BLAME, RunStore, load_outputs
 from harness.summary import Pair
@@ -57,11 +57,12 @@ class PairProber:
     reference: Reference | None
     question: str | None
     log: Callable[[str], None] = lambda msg: None
+    observer: Observer | None = None  # hears of each probe made, and of each step's bound (the progress lines)
     made: list[dict] = field(default_factory=list)  # every probe asked for, in order
     _done: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate)
+        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate, observer=self.observer)
         for rec in self.store.records():
             if rec.get("question") == self.question and "disabled" in rec:
                 self._done[self._key(rec["version"], rec["disabled"], rec.get("level"), rec.get("look", False))] = rec
@@ -73,6 +74,11 @@ class PairProber:
     @property
     def probes(self) -> int:
         return self._prober.probes
+
+    def expect(self, probes: int | None, step: str) -> None:
+        """Tell the observer the most probes `step` still makes (None: nothing bounds them, as delta debugging)."""
+        if self.observer is not None:
+            self.observer.expect(probes, step)
 
     def look_dir(self, version: str) -> Path:
         return self.store.subdir("look") / version
@@ -132,17 +138,19 @@ class PairProber:
 
 
 def blame_pair(plan, good, bad, store: RunStore, run_store: RunStore, *, reference: Reference | None,
-               question: dict, nodes: list[str], repo: Path | None = None, log=lambda msg: None) -> dict:
+               question: dict, nodes: list[str], repo: Path | None = None, log=lambda msg: None,
+               observer: Observer | None = None) -> dict:
     """Blame the pair of a run (`good` and `bad`: the last good and first bad release of a regression, the first
     good and last bad of a fix): the blame document, kept in the blame store."""
     t0 = time.perf_counter()
-    pp = PairProber(plan, store, run_store, reference, question.get("key"), log)
+    pp = PairProber(plan, store, run_store, reference, question.get("key"), log, observer)
     # live workers serve one probe after another (under emulation a worker's start is most of a small probe)
-    with serving(2) as pool:
+    with serving(2, stop=pp._prober) as pool:
         return _blame(pp, pool, plan, good, bad, store, run_store, question, nodes, repo, log, t0)
 
 
 def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, nodes, repo, log, t0) -> dict:
+    pp.expect(2, "the look at both releases")
     looks = list(pool.map(lambda r: pp.verdict(r, look=True), (good, bad)))
     seen = {good.version: looks[0]["verdict"], bad.version: looks[1]["verdict"]}
     if seen != {good.version: "good", bad.version: "bad"}:
@@ -152,6 +160,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     bad_log = logs[bad.version] or session_log.SessionLog()
     rules = _rules_in(plan, bad)
 
+    pp.expect(None, "the transformers")
     found = minimal_set(bad_log.modified, bad_log.ran, rules,
                         lambda names: pp.verdict(bad, names)["verdict"] == "good")
     pair = Pair(good.version, bad.version, question.get("mode") or "regression")
@@ -164,6 +173,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     # a load error often names the transformer it failed in (a fused node is named after its fusion)
     error = (looks[1]["record"].get("reason") or "") if looks[1]["record"].get("status") == "error" else ""
     named = [n for n in bad_log.ran if n not in (found.transformers or []) and re.search(rf"\b{re.escape(n)}\b", error)]
+    pp.expect(len(named[:3]) + (1 if found.flips else len(LEVELS)), "the checks after")
     doc["named_by_error"] = [{"name": n, "flips": pp.verdict(bad, (n,))["verdict"] == "good"} for n in named[:3]]
     if found.flips:
         on_good = pp.verdict(good, found.transformers)
@@ -324,7 +334,7 @@ def said(doc: dict) -> str:
 
 def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, repo: Path | None = None,
                     question: str | None = None, bad_if: str | None = None, command: list[str] | None = None,
-                    log=lambda msg: None) -> dict:
+                    log=lambda msg: None, observer: Observer | None = None) -> dict:
     """Blame the boundary of a run's question (its newest run document, or `question`); UsageError before any
     probe when the run cannot be blamed, NoFlip when the pair does not flip here."""
     import dataclasses
@@ -359,7 +369,8 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     try:
         return blame_pair(plan, good, bad, blame_store, store, reference=reference,
                           question={**q.document(), "key": asked.key, "said": asked.said},
-                          nodes=_named_nodes(store, run_dir / REDUCED), repo=Path(repo) if repo else None, log=log)
+                          nodes=_named_nodes(store, run_dir / REDUCED), repo=Path(repo) if repo else None, log=log,
+                          observer=observer)
     except (UsageError, EnvironmentSkip) as exc:  # probes ran: a failure now, not bad input
         raise HarnessError(f"blame: {exc}") from None
 

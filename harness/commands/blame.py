@@ -15,6 +15,7 @@ from harness.commands.common import (
     out,
     print_json,
     question_options,
+    say_stopped,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -46,12 +47,17 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_jso
     blame (the pair does not flip here), 2 refused before any probe, 1 a failure.
     """
     from harness.blame.pair import NoFlip, blame_saved_run
-    from harness.report.terminal import blame_summary
+    from harness.report.terminal import ProbeLines, blame_summary
+    from harness.results.store import BLAME
     from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY
 
+    run_dir = run_dir_of(run, results_dir)
     try:
-        doc = blame_saved_run(run_dir_of(run, results_dir), cache_dir, offline, repo=repo, question=question,
-                              bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr)
+        with ProbeLines(err) as progress:
+            doc = blame_saved_run(run_dir, cache_dir, offline, repo=repo, question=question,
+                                  bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr, observer=progress)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
+        return say_stopped(exc, f"the finished probes are saved in {run_dir / BLAME}")
     except NoFlip as exc:
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

@@ -48,6 +48,15 @@ def stopped_status(exc: BaseException) -> int:
     return EXIT_TERMINATED if isinstance(exc, Terminated) or isinstance(exc.__cause__, Terminated) else EXIT_INTERRUPTED
 
 
+def say_stopped(exc: BaseException, saved: str, resume: str | None = None) -> int:
+    """A command stopped by Ctrl-C or SIGTERM says what it kept and how to go on, in one line (every command
+    that probes records each finished probe and reuses it when run again); its exit status."""
+    status = stopped_status(exc)
+    also = f" (or {resume})" if resume else ""
+    err.print(f"{STOPPED[status]}: {escape(saved)}; run the same command again{escape(also)} to continue")
+    return status
+
+
 # -- parameter types and checks shared by the option groups -------------------------------
 
 class FiniteFloatRange(click.FloatRange):

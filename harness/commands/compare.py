@@ -19,6 +19,7 @@ from harness.commands.common import (
     package_of,
     print_json,
     results_dir_option,
+    say_stopped,
     search_spec,
     source_options,
     store_options,
@@ -59,11 +60,15 @@ def command(version, from_, to, pairs, cosine, as_json, **opts):
             "range_flags": ("--from", "--to") if ranged else ("--version", "--version")}
     spec = search_spec(opts)
     packages = [parse_pair(p, package_of(opts)) for p in pairs]
-    with ProbeLines(err) as progress:
-        if ranged:
-            doc = compare_range(spec, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
-        else:
-            doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
+    try:
+        with ProbeLines(err) as progress:
+            if ranged:
+                doc = compare_range(spec, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
+            else:
+                doc = compare(spec, version, packages, cosine, observer=progress, log=log_to_stderr, command=sys.argv)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
+        # each pair's probes are those of its ordinary run of the range: kept, and reused
+        return say_stopped(exc, f"the finished probes of each pair are saved in {spec.results_dir}")
     if as_json:
         from harness.results.evidence import COMPARE_SCHEMA
 

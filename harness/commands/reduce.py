@@ -14,6 +14,7 @@ from harness.commands.common import (
     out,
     print_json,
     question_options,
+    say_stopped,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -37,13 +38,18 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, a
     flips; it says why no row and no node could be dropped), 3 none (the pair does not flip here, or the
     reduction does not verify), 2 refused before any probe, 1 a failure.
     """
-    from harness.report.terminal import reduction_summary
+    from harness.report.terminal import ProbeLines, reduction_summary
+    from harness.results.store import REDUCED
     from harness.summary import EXIT_FOUND, EXIT_NO_BOUNDARY, EXIT_NOTHING_REDUCED
     from harness.triage.reduce import NoFlip, reduce_saved_run
 
+    run_dir = run_dir_of(run, results_dir)
     try:
-        doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
-                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if))
+        with ProbeLines(err) as progress:
+            doc = reduce_saved_run(run_dir, cache_dir, offline, log=log_to_stderr, nodes=not rows_only,
+                                   command=sys.argv, question=question, bad_if=bad_if_text(bad_if), observer=progress)
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
+        return say_stopped(exc, f"the finished probes are saved in {run_dir / REDUCED}")
     except NoFlip as exc:  # probes ran: not a refusal
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

@@ -8,7 +8,6 @@ import click
 from rich.markup import escape
 
 from harness.commands.common import (
-    STOPPED,
     compose,
     err,
     log_to_stderr,
@@ -19,8 +18,8 @@ from harness.commands.common import (
     probe_options,
     range_options,
     reduced_option,
+    say_stopped,
     search_spec,
-    stopped_status,
     store_options,
     target_options,
 )
@@ -144,29 +143,14 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
 
                 explain_search(found, log=log_to_stderr)
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
-            status = stopped_status(exc)
-            done = len(plan.store.records())
-            err.print(f"{STOPPED[status]}: {done} finished probes are saved in {plan.store.dir}; "
-                      f"run the same command again (or --resume {plan.store.run_id}) to continue")
-            return status
+            return say_stopped(exc, f"{len(plan.store.records())} finished probes are saved in {plan.store.dir}",
+                               f"--resume {plan.store.run_id}")
     doc = found.doc
-    if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] != "sweep":  # a regression or a fix
-        from harness.triage.reduce import NoFlip, reduce_saved_run
-
-        try:
-            doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr,
-                                              question=doc["cell"]["key"])
-        except NoFlip as exc:  # the boundary stands; the reduction says why it has none
-            err.print(f"no reduction: {escape(str(exc))}")
-    if opts.get("blame") and doc["status"] == "found":
-        from harness.blame.pair import NoFlip as Unblamed
-        from harness.blame.pair import blame_saved_run
-
-        try:
-            doc["blame"] = blame_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], repo=opts.get("repo"),
-                                           question=doc["cell"]["key"], log=log_to_stderr)
-        except Unblamed as exc:
-            err.print(f"nothing to blame: {escape(str(exc))}")
+    try:
+        _reduce_and_blame(doc, plan, opts)
+    except KeyboardInterrupt as exc:  # the boundary is saved; so are the reduction's or blame's finished probes
+        return say_stopped(exc, f"the run and the finished probes of its reduction or blame are saved in "
+                                f"{plan.store.dir}")
     if not opts["as_json"]:
         out.print(run_table(doc))
         if "rows" in doc:
@@ -185,3 +169,29 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
             out.print(profile_table(doc["profile"]))
         out.print(f"[dim]results: {plan.store.dir}[/]")
     return doc
+
+
+def _reduce_and_blame(doc: dict, plan, opts: dict) -> None:
+    """--reduce and --blame after the search: their documents go into the run's (`doc`)."""
+    from harness.report.terminal import ProbeLines
+
+    if opts.get("reduce_") and doc["status"] == "found" and doc["mode"] != "sweep":  # a regression or a fix
+        from harness.triage.reduce import NoFlip, reduce_saved_run
+
+        try:
+            with ProbeLines(err) as progress:
+                doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"],
+                                                  log=log_to_stderr, question=doc["cell"]["key"], observer=progress)
+        except NoFlip as exc:  # the boundary stands; the reduction says why it has none
+            err.print(f"no reduction: {escape(str(exc))}")
+    if opts.get("blame") and doc["status"] == "found":
+        from harness.blame.pair import NoFlip as Unblamed
+        from harness.blame.pair import blame_saved_run
+
+        try:
+            with ProbeLines(err) as progress:
+                doc["blame"] = blame_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"],
+                                               repo=opts.get("repo"), question=doc["cell"]["key"],
+                                               log=log_to_stderr, observer=progress)
+        except Unblamed as exc:
+            err.print(f"nothing to blame: {escape(str(exc))}")

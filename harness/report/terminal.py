@@ -8,6 +8,7 @@ is shown through `plain`: no markup of it is read, and no control character
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console, Group
@@ -46,23 +47,35 @@ def _target(prov: dict) -> str:
 # --- searches ------------------------------------------------------------------------------
 
 
+def eta_text(seconds: list[float], left: int) -> str:
+    """"about 40 s left": `left` more steps at the median pace of `seconds`, the steps made so far (none: "")."""
+    return f"about {max(left, 0) * sorted(seconds)[len(seconds) // 2]:.0f} s left" if seconds else ""
+
+
+def elapsed_text(seconds: float) -> str:
+    return f"{int(seconds) // 60} min {int(seconds) % 60} s elapsed" if seconds >= 60 else f"{int(seconds)} s elapsed"
+
+
 class ProbeLines:
     """One line per finished probe on a console, with a spinner for the probes in flight.
 
     The spinner is drawn on a terminal only: elsewhere rich would still rebuild it ten times a
-    second in a thread of its own, for nobody, while the probes run.
+    second in a thread of its own, for nobody, while the probes run; `starts` then gives a plain line
+    as each probe begins instead (a matrix's emulated probe may take minutes with nothing else to show).
     """
 
-    def __init__(self, console: Console, prefix: str = "", spinner: bool = True):
+    def __init__(self, console: Console, prefix: str = "", spinner: bool = True, starts: bool = False):
         from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-        self.console = console
-        self.prefix = prefix
-        self.count = 0
+        self.console, self.prefix, self.count = console, prefix, 0
         self.at_most: int | None = None  # probes in all, at most, as the search last said (Observer.expect)
+        self.step: str | None = None  # what that bound is of, when it is one step's (a reduction's rows)
         self.made_s: list[float] = []  # seconds of each probe made now (not reused): the ETA's pace
+        self.began = time.monotonic()
+        drawn = spinner and console.is_terminal
+        self.starts = starts and not drawn
         self.bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                            console=console, transient=True, disable=not (spinner and console.is_terminal))
+                            console=console, transient=True, disable=not drawn)
         self.tasks = {}
 
     def __enter__(self):
@@ -72,24 +85,26 @@ class ProbeLines:
     def __exit__(self, *exc):
         return self.bar.__exit__(*exc)
 
-    def expect(self, left: int) -> None:
-        self.at_most = self.count + left
+    def expect(self, left: int | None, step: str | None = None) -> None:
+        self.at_most, self.step = (None if left is None else self.count + left), step
 
     def _position(self, i: int) -> str:
         """"3 of at most 7": where the search stands (a bisection knows its bound)."""
         return f"{i} of at most {max(self.at_most, i)}" if self.at_most is not None else f"{i}"
 
-    def _eta(self, i: int) -> str:
-        """"about 40 s left", at the pace of the probes made so far (none made yet: nothing said)."""
-        if self.at_most is None or not self.made_s:
-            return ""
-        pace = sorted(self.made_s)[len(self.made_s) // 2]
-        return f"about {max(self.at_most - i, 0) * pace:.0f} s left"
+    def _plan(self, i: int) -> str:
+        """"12 s elapsed; about 40 s left", the ETA at the pace of the probes made so far, and of the step the
+        bound is of (a step with no bound, as delta debugging: the time elapsed alone)."""
+        eta = eta_text(self.made_s, self.at_most - i) if self.at_most is not None else ""
+        eta += f" for {self.step}" if eta and self.step else ""
+        return "; ".join(x for x in (elapsed_text(time.monotonic() - self.began), eta) if x)
 
     def probe_started(self, version: str) -> None:
         i = self.count + len(self.tasks) + 1
-        plan = ", ".join(x for x in (self._position(i) if self.at_most is not None else "", self._eta(i)) if x)
-        self.tasks[version] = self.bar.add_task(f"probing {version}" + (f" ({plan})" if plan else ""), total=None)
+        plan = f"probe {self._position(i)}; {self._plan(i)}"
+        self.tasks[version] = self.bar.add_task(f"probing {version} ({plan})", total=None)
+        if self.starts:
+            self.bar.console.print(f"{plain(self.prefix) + ' ' if self.prefix else ''}probing {plain(version)} ({plan})")
 
     def probe_waiting(self, version: str) -> None:
         self.bar.console.print(f"{plain(self.prefix) + ' ' if self.prefix else ''}{plain(version)}: another run is "
@@ -102,8 +117,7 @@ class ProbeLines:
             self.bar.remove_task(task)
         if not reused and isinstance(record.get("seconds"), (int, float)):
             self.made_s.append(float(record["seconds"]))
-        eta = self._eta(self.count)
-        how = ("saved" if reused else f"{record.get('seconds') or 0:.1f} s") + (f"; {eta}" if eta else "")
+        how = "; ".join(("saved" if reused else f"{record.get('seconds') or 0:.1f} s", self._plan(self.count)))
         if self.prefix:  # a matrix cell's lines: its prefix, and where its search stands in the parenthesis
             lead = f"{plain(self.prefix)} "
             how += f"; probe {self._position(self.count)}" if self.at_most is not None else ""

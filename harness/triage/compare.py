@@ -34,6 +34,7 @@ from harness.errors import UsageError
 from harness.metrics import REL_FLOOR, cosine_text
 from harness.metrics import compare as compare_arrays
 from harness.plan import Plan, make_plan
+from harness.probe import Ahead
 from harness.releases.packages import Package, parse_build_info
 from harness.releases.versions import installable, parse_version
 from harness.request import SearchSpec
@@ -112,9 +113,11 @@ def compare(spec: SearchSpec, version: str, packages: list[Package], cosine: flo
         request.check(s)
     started = time.perf_counter()
     probed = []
-    for s in specs:
+    for i, s in enumerate(specs):
         plan = make_plan(s, command, log)  # the ordinary run of this package and provider: its probes are reused
-        probed.append(_probed(plan, version, probe_outcome(plan, [version], observer).records[version]))
+        # the bound of every line counts the pairs still to come: one probe each
+        seen = Ahead(observer, len(specs) - 1 - i) if observer is not None else None
+        probed.append(_probed(plan, version, probe_outcome(plan, [version], seen).records[version]))
     return comparison(version, specs[0].model, probed, cosine, started)
 
 
@@ -186,8 +189,10 @@ def compare_over(plans: list[Plan], store: RunStore, model: str, from_: str, to:
     wanted = [[v for v in versions if lacks(0, v) is None and any(lacks(j, v) is None for j in range(1, len(plans)))]]
     wanted += [[v for v in versions if lacks(0, v) is None and lacks(i, v) is None] for i in range(1, len(plans))]
     records, made = [], 0
-    for plan, vs in zip(plans, wanted):
-        outcome = probe_outcome(plan, vs, observer) if vs else None
+    for i, (plan, vs) in enumerate(zip(plans, wanted)):
+        # the bound of every line counts the probes of the pairs still to come (at most: some may be saved)
+        seen = Ahead(observer, sum(len(later) for later in wanted[i + 1:])) if observer is not None else None
+        outcome = probe_outcome(plan, vs, seen) if vs else None
         records.append(outcome.records if outcome else {})
         made += len(outcome.probed_now) if outcome else 0
     ref_pkg = plans[0].runner.package

@@ -61,8 +61,8 @@ class _BuildsOnly:
         if record["version"] not in self.ends:
             self.observer.probe_finished(record, reused)
 
-    def expect(self, left: int) -> None:
-        self.observer.expect(left)
+    def expect(self, left: int | None, step: str | None = None) -> None:
+        self.observer.expect(left, step)
 
 
 def search(found: Search, listed: list[Release], *, observer: Observer | None = None, jobs: int = 1,

@@ -256,7 +256,7 @@ class OptionsMatrix:
 
     def run(self) -> dict[str, dict]:
         self.prepare()
-        with serving(self.jobs) as pool:  # one release: its workers serve every combo
+        with serving(self.jobs, stop=self.prober) as pool:  # one release: its workers serve every combo
             results = list(pool.map(self.verdict, self.combos))
         return {c.id: r for c, r in zip(self.combos, results)}
 

@@ -50,7 +50,7 @@ from harness.graphs import surgery
 from harness.graphs.subgraph import Graph, model_bytes, needed
 from harness.metrics import probe_metrics
 from harness.models.inputs import MASK_INPUT, axes_rows, bad_rows, batch_axes, take_rows
-from harness.probe import ProbeJob, Prober, serving
+from harness.probe import Observer, ProbeJob, Prober, serving
 from harness.results.store import REDUCED, WORK, RunStore, load_outputs
 from harness.search import ddmin
 from harness.verdicts import judge
@@ -67,6 +67,11 @@ def first_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
         else:
             lo = mid + 1
     return hi
+
+
+def bisection_checks(n: int) -> int:
+    """The most checks first_true or last_true makes over n candidates: ceil(log2(n))."""
+    return max(n - 1, 0).bit_length()
 
 
 def last_true(lo: int, hi: int, holds: Callable[[int], bool]) -> int:
@@ -147,10 +152,11 @@ class Checker:
     question: str | None = None  # the key of the question reduced (tags every record)
     reused: int = 0
     reference_used: dict | None = None  # what B's last verdict was compared with (kept beside the reduction)
+    observer: Observer | None = None  # hears of each probe made, and of each step's bound (the progress lines)
     _done: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate)
+        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate, observer=self.observer)
         self._files = self.store.subdir("candidates")
         for rec in self.store.records():
             if rec.get("candidate") and rec.get("question") == (self.question if self.against else rec.get("question")):
@@ -164,6 +170,12 @@ class Checker:
     @property
     def seconds(self) -> float:
         return self._prober.seconds
+
+    def expect(self, checks: int | None, step: str, probes_each: int = 2) -> None:
+        """Tell the observer the most candidates `step` still checks (None: nothing bounds them, as delta
+        debugging), as probes: a pair each, and one more where a cut's inner tensors are captured first."""
+        if self.observer is not None:
+            self.observer.expect(None if checks is None else checks * probes_each, step)
 
     def write(self, model: onnx.ModelProto | Path, arrays: dict[str, np.ndarray]) -> tuple[str, Path, Path]:
         """(candidate id, model path, inputs path); a Path model is the original file, used as it is."""
@@ -218,7 +230,7 @@ class Checker:
             return found
         if a is not None:
             self.reference_used = a.cut(self.bad.version, kept)
-        with serving(2) as pool:  # the pair at once
+        with serving(2, stop=self._prober) as pool:  # the pair at once
             refs = {r.version: a.cut(r.version, kept) if a else None for r in (self.good, self.bad)}
             return dict(pool.map(lambda r: one(r, refs[r.version]), (self.good, self.bad)))
 
@@ -300,11 +312,13 @@ def reduce_rows(checker: Checker, model: Path, arrays: dict[str, np.ndarray], hi
     def flips(subset: list[int]) -> bool:
         return checker.flips(model, take_rows(arrays, sorted(subset), axes), outputs, sorted(subset))
 
-    for r in hints:
+    for i, r in enumerate(hints):
+        checker.expect(len(hints) - i, "the bad rows alone")
         checker.log(f"rows: trying row {r} alone")
         if flips([r]):
             return [r], None
     checker.log(f"rows: delta debugging over {len(rows)} rows")
+    checker.expect(None, "the rows")
     kept = sorted(ddmin(rows, flips))
     return kept, (f"no row of the {count} can be dropped: fewer do not flip" if len(kept) == count else None)
 
@@ -326,6 +340,7 @@ def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[
         return checker.flips(graph.sub(graph.ancestors(out), out), arrays)
 
     last = len(candidates) - 1
+    checker.expect(1 + bisection_checks(last + 1), "the output cut")
     if not out_flips(last):
         return None, f"the model cut to the nodes {target} depends on does not flip"
     checker.log(f"nodes: moving the output earlier over {len(candidates)} candidate tensors")
@@ -355,10 +370,12 @@ def reduce_nodes(checker: Checker, graph: Graph, model_path: Path, arrays: dict[
         return [i for i in upstream if i >= upstream[j]]
 
     checker.log(f"nodes: moving the inputs later over {len(upstream)} cuts")
+    checker.expect(1 + bisection_checks(len(upstream)), "the input cut", probes_each=3)
     if not attempt(from_start(0)):
         return None, "no cut fed with the values captured on the last good release flips"
     j = last_true(0, len(upstream) - 1, lambda j: attempt(from_start(j)))
     # the linear finish: one inner tensor fed at a time, whole branches first, then single nodes
+    checker.expect(None, "the branches")
     keep = prune_branches(graph, from_start(j), output, attempt, checker.log)
     found = results[tuple(keep)]
     return found, (None if len(found[0].graph.node) < len(graph.nodes) else "every node is needed to flip")
@@ -393,6 +410,7 @@ def reduce_positions(checker: Checker, model: onnx.ModelProto, arrays: dict[str,
     if length is None or length < 2:
         return arrays
     checker.log(f"positions: delta debugging over {length} positions")
+    checker.expect(None, "the positions")
     kept = ddmin(list(range(length)), lambda pos: checker.flips(model, take_positions(arrays, sorted(pos), length)))
     return take_positions(arrays, sorted(kept), length)
 
@@ -403,14 +421,15 @@ class NoFlip(Exception):
 
 def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict[str, np.ndarray] | None,
                store: RunStore, log=lambda msg: None, nodes: bool = True, known: dict[str, dict] | None = None,
-               against: Against | None = None, question: dict | None = None) -> dict:
+               against: Against | None = None, question: dict | None = None, observer: Observer | None = None) -> dict:
     """Rows, then nodes; the result verified once more on both releases and written to the store.
 
     `known`: the run's own records of `good` and `bad` (version -> record, judged as the question asks) for
     this very job, reused as the full model's verdicts instead of probing it again. `against`: the question's
-    reference (its rows kept beside the reduced batch, reference.npz); `question`: its document and key."""
+    reference (its rows kept beside the reduced batch, reference.npz); `question`: its document and key;
+    `observer`: hears of each probe made and of each step's bound."""
     t0 = time.perf_counter()
-    checker = Checker(plan, good, bad, store, log, against, (question or {}).get("key"))
+    checker = Checker(plan, good, bad, store, log, against, (question or {}).get("key"), observer=observer)
     why_not = {}  # what could not be reduced, and why
     if not nodes:
         why_not["nodes"] = "only rows were asked (--rows-only)"
@@ -426,6 +445,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
         against.axes = out_axes
     if known:
         checker.known(model_path, arrays, known)
+    checker.expect(1, "the full model")
     if not checker.flips(model_path, arrays, outputs):
         raise NoFlip(f"the full model does not flip between {good.version} and {bad.version} on this target")
     hints = bad_rows(bad_outputs or {}, list(outputs) or None, out_axes) if out_axes is not None else []
@@ -447,6 +467,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
                 reduced_inputs = reduce_positions(checker, reduced_model, reduced_inputs)
                 positions["after"] = sequence_length(reduced_inputs)
     final = reduced_model if reduced_model is not None else model_path
+    checker.expect(1, "the verification")
     verdicts = checker.verdicts(final, reduced_inputs, () if reduced_model is not None else outputs,
                                 None if reduced_model is not None or whole else rows)
     flips = verdicts[good.version] == "good" and verdicts[bad.version] == "bad"
@@ -492,7 +513,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
 
 def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=lambda msg: None,
                      nodes: bool = True, command: list[str] | None = None, question: str | None = None,
-                     bad_if: str | None = None) -> dict:
+                     bad_if: str | None = None, observer: Observer | None = None) -> dict:
     """Reduce the boundary of a run's question (results/<run>/reduced/); the run's own target and options.
 
     The question is the run document `question` names, else the newest (harness.session.asked_of_run);
@@ -507,7 +528,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
         f"answering {prepared['kwargs']['question']['said']}")
     try:
         with serving():
-            return reduce_run(*prepared["args"], log=log, nodes=nodes, **prepared["kwargs"])
+            return reduce_run(*prepared["args"], log=log, nodes=nodes, observer=observer, **prepared["kwargs"])
     except (UsageError, EnvironmentSkip) as exc:  # probes ran: a failure now, not bad input (exit 2)
         raise HarnessError(f"reduce: {exc}") from None
 

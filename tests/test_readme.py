@@ -1,0 +1,97 @@
+"""The README against the commands: every option of `--help` is in it, and its figures and examples are what the
+commands print and take."""
+
+from __future__ import annotations
+
+import platform
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _commands(cmd: click.Command, ctx: click.Context, path: tuple[str, ...] = ()):
+    if isinstance(cmd, click.Group):
+        for name in cmd.list_commands(ctx):
+            yield from _commands(cmd.get_command(ctx, name), ctx, (*path, name))
+    else:
+        yield path, cmd
+
+
+def _mentioned(flag: str) -> bool:
+    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", README) is not None
+
+
+def test_every_option_of_help_is_in_the_readme():
+    """An option in `bisect COMMAND --help` that the README never names (by any of its flags: -j or --jobs,
+    --prefetch or --no-prefetch) is an option nobody finds."""
+    from harness.cli import cli
+
+    ctx = click.Context(cli)
+    missing = [f"bisect {' '.join(path)} {'/'.join(p.opts + p.secondary_opts)}"
+               for path, cmd in _commands(cli, ctx) for p in cmd.params
+               if isinstance(p, click.Option) and not any(_mentioned(f) for f in p.opts + p.secondary_opts)
+               and "--help" not in p.opts]
+    assert len(list(_commands(cli, ctx))) > 20  # the walk reaches the commands of groups (matrix run, setup qemu)
+    assert missing == [], "in --help, not in the README: " + ", ".join(missing)
+
+
+def test_the_readme_points_to_the_json_schemas():
+    for schema in (ROOT / "docs" / "schema").glob("*.json"):
+        assert f"docs/schema/{schema.name}" in README, schema.name
+
+
+def _block_after(marker: str) -> list[str]:
+    """The lines of the README's first code block after `marker`."""
+    rest = README[README.index(marker):]
+    return rest.split("```\n", 2)[1].splitlines()
+
+
+def test_the_slowdown_example_makes_its_model_and_a_batch_of_the_model_s_real_input(tmp_path):
+    """The README's two `python -c` lines, run as written: the onnx package's model, and image.npz holding exactly
+    the inputs the model needs fed (data_0: the rest of what it lists as inputs are initializers)."""
+    import onnx
+
+    lines = [x for x in _block_after("## Slowdowns and memory growth") if x.startswith("uv run python -c ")]
+    assert len(lines) == 2, lines
+    for line in lines:
+        argv = shlex.split(line)[3:]  # after `uv run python`
+        proc = subprocess.run([sys.executable, *argv], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    model = onnx.load(str(tmp_path / "light_inception_v1.onnx"))
+    fed = {i.name for i in model.graph.input} - {t.name for t in model.graph.initializer}
+    with np.load(tmp_path / "image.npz") as batch:
+        assert set(batch.files) == fed == {"data_0"}
+        assert batch["data_0"].shape == (1, 3, 224, 224) and batch["data_0"].dtype == np.float32
+
+
+@pytest.mark.release
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="the README's figures are of an x86_64 run")
+def test_the_first_command_s_lines_run_id_and_the_trace_figures_are_what_they_print(bisect):
+    """The README's sample of `bisect run --model gemma-tiny-fused --from 1.19.0 --to 1.30.0` (each probe's line up
+    to its times; the run id that reduce, blame, report and drift name), and the lines of `trace` it quotes."""
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.30.0")
+    assert r.returncode == 0, r.stderr
+    shown = _block_after("in fp16 from 1.20.0, where a residual stream")
+    probes = [x.split(" (")[0] for x in shown if x.startswith("probe ")]
+    assert probes == [x.split(" (")[0] for x in r.stderr.splitlines() if x.startswith("probe ")], r.stderr
+    (run_id,) = re.findall(r"^results: results/(\S+)$", "\n".join(shown), re.M)
+    assert r.stdout.rstrip().endswith(f"results: {bisect.results_dir / run_id}"), r.stdout
+    for used in ("bisect reduce", "bisect blame", "bisect report", "bisect drift"):
+        assert f"{used} {run_id}" in README, used
+
+    t = bisect("trace", "--model", "gemma-tiny-fused", "--version", "1.20.0", "--cache-dir", str(bisect.cache_dir),
+               "--results-dir", str(bisect.results_dir))
+    assert t.returncode in (0, 3), t.stderr
+    quoted = [x for x in _block_after("and separately the first one seen only by the observer") if x]
+    assert any("fp16 tensors past 50 %" in x for x in quoted)
+    printed = t.stdout.splitlines()
+    assert [x for x in quoted if x not in printed] == [], t.stdout
