@@ -12,6 +12,7 @@ from rich.markup import escape
 from harness.commands.common import (
     err,
     jobs_option,
+    ray_option,
     log_to_stderr,
     out,
     results_dir_option,
@@ -52,13 +53,14 @@ def cells(matrix_file, as_json):
 @store_options
 @click.option("--refresh", is_flag=True, help="Probe every release again; the new records are appended, none deleted.")
 @jobs_option
+@ray_option
 @click.option("--keep-going/--fail-fast", default=True, show_default=True,
               help="A cell that cannot run (no qemu here, model not reachable) is reported and the others still run.")
 @click.option("--report", is_flag=True,
               help="Write the upstream report (results/<run>/report.md, as `bisect report --no-probe`) of each cell "
                    "that found a boundary; the dashboard links to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
-def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, report, as_json):
+def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, ray_address, keep_going, report, as_json):
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused. A cell whose provider
     needs a device this host lacks (CUDA without a GPU) is skipped with the reason, not failed."""
     from harness.errors import EnvironmentSkip, UsageError
@@ -97,7 +99,8 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
         try:
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
                            observer=ProbeLines(err, f"  [{c.index}]", spinner=False),
-                           log=log_to_stderr, listing=listing[listing_key(c)], command=sys.argv)
+                           log=log_to_stderr, listing=listing[listing_key(c)], command=sys.argv,
+                           ray_address=ray_address)
         except (UsageError, EnvironmentSkip) as exc:
             if not keep_going or len(chosen) == 1:
                 raise

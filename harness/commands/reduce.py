@@ -14,6 +14,7 @@ from harness.commands.common import (
     out,
     print_json,
     question_options,
+    ray_option,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -26,8 +27,9 @@ from harness.commands.common import (
 @store_options
 @question_options
 @click.option("--rows-only", is_flag=True, help="Reduce the batch's rows, keep the whole model.")
+@ray_option
 @json_option
-def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, as_json):
+def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, ray_address, as_json):
     """The smallest repro of a run's regression or fix: fewest rows, then fewest nodes, verified on both releases.
 
     It reduces the pair of the run's question (its newest run document, or --question KEY): last good and
@@ -43,7 +45,8 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, a
 
     try:
         doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
-                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if))
+                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if),
+                               ray_address=ray_address)
     except NoFlip as exc:  # probes ran: not a refusal
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

@@ -17,6 +17,7 @@ from harness.commands.common import (
     out,
     print_json,
     probe_options,
+    ray_option,
     range_options,
     reduced_option,
     search_spec,
@@ -27,7 +28,8 @@ from harness.commands.common import (
 from harness.errors import UsageError
 
 # What run and sweep both take: the model (or a reduced repro), the range, the target, the store, the probes.
-search_options = compose(model_options, reduced_option, range_options, target_options, store_options, probe_options)
+search_options = compose(model_options, reduced_option, range_options, target_options, ray_option, store_options,
+                         probe_options)
 
 
 @click.command("run")
@@ -155,7 +157,7 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
 
         try:
             doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], log=log_to_stderr,
-                                              question=doc["cell"]["key"])
+                                              question=doc["cell"]["key"], ray_address=opts.get("ray_address"))
         except NoFlip as exc:  # the boundary stands; the reduction says why it has none
             err.print(f"no reduction: {escape(str(exc))}")
     if opts.get("blame") and doc["status"] == "found":
@@ -164,7 +166,8 @@ def _search_one(spec, opts: dict, sweep: bool) -> dict | int:
 
         try:
             doc["blame"] = blame_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"], repo=opts.get("repo"),
-                                           question=doc["cell"]["key"], log=log_to_stderr)
+                                           question=doc["cell"]["key"], log=log_to_stderr,
+                                           ray_address=opts.get("ray_address"))
         except Unblamed as exc:
             err.print(f"nothing to blame: {escape(str(exc))}")
     if not opts["as_json"]:
