@@ -109,8 +109,8 @@ class EngineAddress(click.ParamType):
 
 engines_option = click.option(
     "--docker-host", "engines", type=EngineAddress(), multiple=True, metavar="HOST[=N]",
-    help="A Docker engine to run probes on (repeatable: a pool), as ssh://user@host, tcp://host:port or a docker "
-         "context; =N: at most N probes on it at once (default: its CPUs). Default: DOCKER_HOST.")
+    help="The Docker engine to run probes on, as ssh://user@host, tcp://host:port or a docker context; =N: at "
+         "most N probes on it at once (default: its CPUs). Default: DOCKER_HOST. Several machines: --ray-address.")
 
 ray_option = click.option(
     "--ray-address", "ray_address", envvar="RAY_ADDRESS", default=None, metavar="ADDRESS",
