@@ -224,6 +224,21 @@ def test_a_sweep_over_labelled_nodes_goes_only_to_nodes_of_its_arch(bisect, clus
     assert ran_on <= {cluster.nodes["head"], cluster.nodes["x86"]}
 
 
+@pytest.mark.qemu
+def test_an_aarch64_sweep_runs_under_qemu_on_the_node_labelled_aarch64(bisect, cluster):
+    """--backend qemu asks for emulation: the aarch64 probes go to the node labelled aarch64 (an x86_64 machine),
+    which runs them with its own QEMU runner and cache."""
+    res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.23.2", "--to", "1.24.1", "--offline",
+                 "--arch", "aarch64", "--backend", "qemu", "--ray-address", cluster.address, "-j", "2", "--json")
+    assert res.returncode in (0, 3), res.stderr[-3000:]
+    recs = _records(bisect.results_dir)
+    assert sorted(r["version"] for r in recs) == ["1.23.2", "1.24.1"]
+    assert all(r["status"] == "ran" for r in recs), [(r["version"], r.get("reason")) for r in recs]
+    assert {r["provenance"]["node"]["id"] for r in recs} == {cluster.nodes["arm"]}
+    assert all(r["provenance"]["backend"] == "qemu" and r["provenance"]["arch"] == "aarch64"
+               and r["provenance"]["node"]["arch"] == "x86_64" for r in recs)
+
+
 def test_a_worker_killed_mid_sweep_loses_no_release(bisect, cluster, ray_env):
     """The labelled x86_64 worker is killed while the sweep's tasks run: Ray retries its task on the head,
     and every release lands once, as a probe that ran."""
