@@ -10,7 +10,7 @@ noisy neighbour hits both. Every `bisect` is the real command line
 environments live in a dedicated cache (default ~/.cache/ortbisect-bench,
 or $ORTBISECT_BENCH_CACHE) except where a fresh cache is the point.
 
-Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends, dashboard, volumes.
+Names for --only: probes, overhead, byhand, parallel, prefetch, memory, trace, backends, dashboard, volumes, ray.
 See benchmarks/README.md for what each one measures and the bound it checks.
 """
 
@@ -51,7 +51,7 @@ WIDE_TO = "1.32.0"  # N = 25
 TRACE_VERSION = "1.20.0"
 ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
 NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes", "scale",
-         "margin")
+         "margin", "ray")
 NO_ENVS = {"dashboard", "volumes"}  # measurements that need no probe environment (no warm-up)
 DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
@@ -110,9 +110,9 @@ class Bench:
         return Path(tempfile.mkdtemp(prefix=f"{what}-", dir=self.tmp))
 
     def bisect(self, args: list[str], cache: Path | None = None, results: Path | None = None,
-               env: dict | None = None, as_json: bool = True, ok=(0, 3)) -> tuple[float, dict | None]:
+               env: dict | None = None, as_json: bool = True, ok=(0, 3), bisect=BISECT) -> tuple[float, dict | None]:
         """Run `uv run bisect ARGS`, timed from outside; (wall seconds, parsed --json output)."""
-        cmd = [*BISECT, *args, "--cache-dir", str(cache or self.cache)]
+        cmd = [*bisect, *args, "--cache-dir", str(cache or self.cache)]
         if results is not None:
             cmd += ["--results-dir", str(results)]
         if as_json:
@@ -396,6 +396,46 @@ class Bench:
                              f"{r:.2f}x", ">= 1.00x (-j 2 not slower)", "PASS" if r >= 1.0 else "MISS",
                              note=f"{os.cpu_count()} CPUs; {curve}" + ("" if 4 in ks else "; K=4 curve skipped (< 4 CPUs)"),
                              data={str(k): v for k, v in walls.items()}))
+
+    # -- ray ------------------------------------------------------------------------------------------
+    def bench_ray(self):
+        """The engine's overhead: a 12-release sweep on a local Ray cluster of two nodes (one CPU each, on
+        127.0.0.1, started by tests/raycluster.py) against the same sweep on the local runner at -j 2,
+        interleaved; both sides with the extra installed, the nodes on the bench cache's environments."""
+        try:
+            import ray  # noqa: F401
+        except ImportError:
+            raise RuntimeError("Ray is not installed: uv sync --extra ray") from None
+        vs = self.versions()[:12]
+        scratch = tempfile.mkdtemp(prefix="ortray-")
+        env = {"RAY_TMPDIR": scratch, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
+               "RAY_USAGE_STATS_ENABLED": "0", "ORTBISECT_NODE_CACHE": str(self.cache)}
+        with_ray = [*BISECT[:3], "--extra", "ray", *BISECT[3:]]
+        cluster = subprocess.Popen([sys.executable, str(REPO / "tests" / "raycluster.py"), "1", "worker=1"],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                   env={**os.environ, **env})
+        walls = {"local -j 2": [], "ray -j 2": []}
+        try:
+            address = json.loads(cluster.stdout.readline())["address"]
+            for rep in range(self.reps):
+                for side in (walls if rep % 2 == 0 else list(walls)[::-1]):
+                    extra = ["--ray-address", address] if side.startswith("ray") else []
+                    wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", vs[0], "--to", vs[-1], "-j", "2",
+                                             *extra], results=self.fresh("sweep-ray"), env=env, bisect=with_ray)
+                    assert doc["probe_count"] == len(vs) and not any(p["reused"] for p in doc["probes"])
+                    walls[side].append(wall)
+                    say(f"ray rep {rep + 1}/{self.reps}: sweep of {len(vs)} releases, {side}: {wall:.2f} s")
+        finally:
+            cluster.stdin.close()
+            try:
+                cluster.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                cluster.kill()
+            shutil.rmtree(scratch, ignore_errors=True)
+        r = med(walls["ray -j 2"]) / med(walls["local -j 2"])
+        self.rows.append(Row("ray", f"sweep {vs[0]}..{vs[-1]} ({len(vs)} releases): 2-node local Ray cluster wall / "
+                             f"local runner -j 2 wall", f"{r:.2f}x", "(report: the engine's overhead)", "info",
+                             note="; ".join(f"{k}: {spread(v)}" for k, v in walls.items()), data=walls))
 
     # -- 5. prefetch -------------------------------------------------------------------------------
     def bench_prefetch(self):
@@ -793,7 +833,7 @@ def main(argv=None) -> int:
             bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
         for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",
-                     "dashboard", "volumes", "scale", "margin"):
+                     "dashboard", "volumes", "scale", "margin", "ray"):
             if name not in only:
                 continue
             say(f"=== {name} ===")

@@ -17,6 +17,7 @@ WINGS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("results", ("harness.results",)),  # the run store, history, locking: the only place run files are named
     ("models", ("harness.models",)),  # model cards, hub, batches, embedded generators
     ("runners", ("harness.runners",)),  # backends: uv, QEMU, Docker; worker processes
+    ("executors", ("harness.executors",)),  # where a probe runs: here, or a Ray task on a cluster's node
     ("probe path", ("harness.reference", "harness.probe", "harness.driver", "harness.summary", "harness.request",
                     "harness.plan", "harness.session")),  # request -> plan -> session -> driver -> probe
     ("explain", ("harness.explain",)),  # traces, precision map, diff, the boundary's explanation

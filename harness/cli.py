@@ -87,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
             err.print(message if status in STOPPED else f"error: {escape(message)}")
         if as_json:
             click.echo(json.dumps({"error": message, "exit_status": status}))
+    # what was printed leaves now: an exit handler of a library (Ray's, after a node of its cluster was lost)
+    # may end the process without flushing
+    sys.stdout.flush()
+    sys.stderr.flush()
     return status
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from harness.errors import EnvironmentSkip, HarnessError
+from harness.executors import executor_of
 from harness.metrics import probe_metrics
 from harness.probe import Observer, ProbeJob, Probed, Prober, Silent, serving
 from harness.reference import (
@@ -64,7 +65,9 @@ class Driver:
         self.observer = observer or Silent()
         # a timed probe pins its two workers to one CPU and runs them in turn: one probe at a time
         self.jobs = 1 if job.timing is not None else max(1, jobs)
-        self.prefetch = prefetch
+        # probes on a cluster are installed on their nodes: nothing is installed or started here ahead of them
+        self.executor = executor_of(runner)
+        self.prefetch = prefetch and not self.executor.remote
         self._prefetched: set[str] = set()  # installed in the background
         self._started: set[str] = set()  # their workers started early
         self._lock = threading.Lock()
@@ -240,9 +243,10 @@ class Driver:
         pool.submit(install)
 
     def _job_for_parallel(self) -> ProbeJob:
-        """With K probes at once, give each its share of the cores unless told otherwise."""
-        if self.jobs == 1 or "intra_op_num_threads" in self.job.session_options:
+        """With K probes at once, give each its share of the cores unless told otherwise; a probe on a cluster
+        gets the CPUs its task asked Ray for."""
+        if "intra_op_num_threads" in self.job.session_options or (self.jobs == 1 and not self.executor.remote):
             return self.job
-        share = max(1, (os.cpu_count() or 1) // self.jobs)
+        share = self.executor.cpus_per_probe or max(1, (os.cpu_count() or 1) // self.jobs)
         return dataclasses.replace(self.job, session_options={**self.job.session_options, "intra_op_num_threads": share})
 

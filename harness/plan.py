@@ -16,6 +16,7 @@ from pathlib import Path
 
 from harness import request
 from harness.errors import UsageError
+from harness.executors import connect
 from harness.models.fp32 import fp32_model
 from harness.probe import MarginJob, ProbeJob, TimingJob, default_timeout
 from harness.reference import FP32, Reference, from_fp32
@@ -52,6 +53,11 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     runner, pi, reference = req.runner, req.probe_inputs, req.reference
     if reference is not None and reference.kind == FP32 and reference.model is None:  # made here, not when checked
         reference = from_fp32(*fp32_model(pi.model, spec.cache_dir))
+    if spec.ray_address and req.predicate.timed:
+        raise UsageError(f"--bad-if {req.predicate.timed[0]} measures on this machine, two workers pinned to one "
+                         f"CPU: leave out --ray-address")
+    # the cluster is asked which of its nodes serve the target before anything is provisioned or probed
+    runner.executor = connect(spec.ray_address, runner, (pi.model.path, *pi.model.data_files), spec.backend)
     runner.provision(log)
     store = open_store(spec, req, command)
     timeout = spec.timeout
@@ -147,7 +153,7 @@ def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None =
 
 
 def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: str,
-                question: Question | None = None) -> SearchSpec:
+                question: Question | None = None, ray_address: str | None = None) -> SearchSpec:
     """The search that made a run (model, batch, target, options), over another range; it resumes that run.
 
     With `question`, the spec asks it: its predicate and its reference (the file, the release, fp32)."""
@@ -161,7 +167,7 @@ def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: s
                       cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
                       results_dir=Path(run_dir).parent, resume=Path(run_dir).name,
                       session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1),
-                      package=of_key(key, pre=_has_pre(from_, to)))
+                      package=of_key(key, pre=_has_pre(from_, to)), ray_address=ray_address)
     if question is None:
         return spec
     ref = question.reference or {}

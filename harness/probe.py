@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Protocol
 from packaging.version import InvalidVersion, Version
 
 from harness.errors import EnvironmentSkip, HarnessError
+from harness.executors import executor_of
 from harness.metrics import probe_metrics, timing_summary
 from harness.releases.builds import build_mismatch
 from harness.releases.versions import Release
@@ -190,7 +191,7 @@ class Prober:
         saved = self._outputs_path(release, series, outputs)
         # Scratch lives outside the results: a full results disk must not fail the probe itself.
         with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
-            rec = run_probe(self.runner, release, job, Path(scratch), saved)
+            rec = executor_of(self.runner).probe(run_probe, self.runner, release, job, Path(scratch), saved)
         if self._stopped.is_set():
             raise ProbeStopped(release.version)
         if series:
@@ -245,8 +246,10 @@ class Prober:
             ) from None
 
     def stop(self) -> None:
-        """No probe still running is recorded from now on (call before killing the workers)."""
+        """No probe still running is recorded from now on (call before killing the workers); probes on a
+        cluster are cancelled."""
         self._stopped.set()
+        executor_of(self.runner).stop()
 
     def _outputs_path(self, release: Release, series: str | None, outputs: str | Path | None) -> Path | None:
         if outputs != IN_STORE:

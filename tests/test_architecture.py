@@ -161,14 +161,16 @@ def _calls(path: Path, names: set[str]) -> list[str]:
 
 
 def test_one_prober_owns_a_probes_life():
-    """Only the Prober runs a worker on a job and records it; only `serving()` makes the pool that serves many
-    probes: no other module calls run_probe or reusing_workers, nor appends to a run's store itself (merge, in
-    the results wing, appends records it read, not probes)."""
+    """Only the Prober runs a worker on a job (through its executor: here, or a task on a cluster) and records
+    it; only `serving()` makes the pool that serves many probes: no other module calls run_probe or
+    reusing_workers, nor appends to a run's store itself (merge, in the results wing, appends records it read,
+    not probes)."""
     allowed = {"probe.py", "runners/__init__.py", "runners/workers.py"}
     stray = [c for p in modules() if rel(p) not in allowed for c in _calls(p, {"run_probe", "reusing_workers"})]
     appends = [c for p in modules() if rel(p) != "probe.py" and not rel(p).startswith("results/")
                for c in _calls(p, {"append"}) if "store.append" in c]
-    assert _calls(HARNESS / "probe.py", {"run_probe"}), "the walk sees calls"
+    handed = [c for c in _calls(HARNESS / "probe.py", {"probe"}) if "executor_of" in c]
+    assert handed and "run_probe" in (HARNESS / "probe.py").read_text(), "the walk sees the executor's call"
     assert _calls(HARNESS / "results" / "history.py", {"append"}), "the walk sees appends"
     assert not stray, stray
     assert not appends, appends

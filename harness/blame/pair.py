@@ -334,7 +334,8 @@ def said(doc: dict) -> str:
 
 def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, repo: Path | None = None,
                     question: str | None = None, bad_if: str | None = None, command: list[str] | None = None,
-                    log=lambda msg: None, observer: Observer | None = None) -> dict:
+                    log=lambda msg: None, observer: Observer | None = None,
+                    ray_address: str | None = None) -> dict:
     """Blame the boundary of a run's question (its newest run document, or `question`); UsageError before any
     probe when the run cannot be blamed, NoFlip when the pair does not flip here."""
     import dataclasses
@@ -355,7 +356,7 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
         raise UsageError(f"{run_dir.name}: its probes show no {ends} release to blame under {asked.said}")
     if repo is not None and not (Path(repo) / ".git").exists() and not (Path(repo) / "HEAD").is_file():
         raise UsageError(f"--repo {repo}: not a git repository (a clone of onnxruntime)")
-    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q)
+    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q, ray_address)
     plan = make_plan(dataclasses.replace(spec, from_=pair.older, to=pair.newer), command)
     good = next(r for r in plan.releases if r.version == pair.good)
     bad = next(r for r in plan.releases if r.version == pair.bad)

@@ -16,6 +16,7 @@ from harness.commands.common import (
     print_json,
     question_options,
     say_stopped,
+    ray_option,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -31,8 +32,9 @@ EXIT_NOTHING_NAMED = 4  # the pair flips, and no transformer, level or kernel is
 @question_options
 @click.option("--repo", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="A clone of onnxruntime: list the commits between the two builds that touch what is blamed.")
+@ray_option
 @json_option
-def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_json):
+def command(run, results_dir, cache_dir, offline, question, bad_if, repo, ray_address, as_json):
     """Which graph transformer, kernel and commits: below a run's release pair (last good and first bad; a fix's
     last bad and first good).
 
@@ -58,6 +60,9 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, repo, as_jso
                                   bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr, observer=progress)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
         return say_stopped(exc, f"the finished probes are saved in {run_dir / BLAME}")
+        doc = blame_saved_run(run_dir_of(run, results_dir), cache_dir, offline, repo=repo, question=question,
+                              bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr,
+                              ray_address=ray_address)
     except NoFlip as exc:
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

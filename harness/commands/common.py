@@ -118,8 +118,14 @@ class EngineAddress(click.ParamType):
 
 engines_option = click.option(
     "--docker-host", "engines", type=EngineAddress(), multiple=True, metavar="HOST[=N]",
-    help="A Docker engine to run probes on (repeatable: a pool), as ssh://user@host, tcp://host:port or a docker "
-         "context; =N: at most N probes on it at once (default: its CPUs). Default: DOCKER_HOST.")
+    help="The Docker engine to run probes on, as ssh://user@host, tcp://host:port or a docker context; =N: at "
+         "most N probes on it at once (default: its CPUs). Default: DOCKER_HOST. Several machines: --ray-address.")
+
+ray_option = click.option(
+    "--ray-address", "ray_address", envvar="RAY_ADDRESS", default=None, metavar="ADDRESS",
+    help="Run each probe as a task on this Ray cluster (host:port, or auto: the cluster this machine belongs "
+         "to); -j K tasks in flight. Default: RAY_ADDRESS. Needs the extra: uv sync --extra ray.")
+
 
 def compose(*decorators):
     def apply(f):
@@ -357,7 +363,8 @@ def search_spec(opts: dict):
         session_options["intra_op_num_threads"] = opts["threads"]
     given = {k: opts[k] for k in ("model", "inputs", "arch", "backend", "cpu", "python", "cache_dir", "offline",
                                   "results_dir", "resume", "timeout", "reference", "reference_release", "repeat",
-                                  "memory_limit_mb", "range_flags", "margin", "mode", "time_budget")
+                                  "memory_limit_mb", "range_flags", "margin", "mode", "time_budget",
+                                  "ray_address")
              if opts.get(k) is not None}
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]

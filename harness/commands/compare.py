@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from harness.commands.common import (
     arch_options,
+    ray_option,
     err,
     graph_opt_option,
     json_option,
@@ -36,6 +37,7 @@ from harness.commands.common import (
 @click.argument("pairs", nargs=-1, required=True, metavar="PACKAGE:EP...")
 @source_options
 @arch_options
+@ray_option
 @store_options
 @results_dir_option
 @timeout_option

@@ -13,6 +13,7 @@ from rich.markup import escape
 from harness.commands.common import (
     err,
     jobs_option,
+    ray_option,
     log_to_stderr,
     out,
     results_dir_option,
@@ -85,13 +86,14 @@ def init(matrix_file, models, since, from_, to, workflow, force):
 @store_options
 @click.option("--refresh", is_flag=True, help="Probe every release again; the new records are appended, none deleted.")
 @jobs_option
+@ray_option
 @click.option("--keep-going/--fail-fast", default=True, show_default=True,
               help="A cell that cannot run (no qemu here, model not reachable) is reported and the others still run.")
 @click.option("--report", is_flag=True,
               help="Write the upstream report (results/<run>/report.md, as `bisect report --no-probe`) of each cell "
                    "that found a boundary; the dashboard links to it.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with every cell's summary.")
-def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_going, report, as_json):
+def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, ray_address, keep_going, report, as_json):
     """Run the cells of a matrix (all, or --cell N). Resumable: finished probes are reused. A cell whose provider
     needs a device this host lacks (CUDA without a GPU) is skipped with the reason, not failed."""
     from harness.errors import EnvironmentSkip, UsageError
@@ -127,7 +129,8 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
             cell_began = time.monotonic()
             _one_cell(m, c, why, docs, failed, skips, cache_dir=cache_dir, results_dir=results_dir, offline=offline,
                       refresh=refresh, jobs=jobs, keep_going=keep_going and len(chosen) > 1, report=report,
-                      listing=listing[listing_key(c)], observer=ProbeLines(err, f"  [{c.index}]", starts=True))
+                      listing=listing[listing_key(c)], observer=ProbeLines(err, f"  [{c.index}]", starts=True),
+                      ray_address=ray_address)
             if not why:
                 cell_s.append(time.monotonic() - cell_began)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
@@ -142,7 +145,7 @@ def run(matrix_file, cell, results_dir, cache_dir, offline, refresh, jobs, keep_
 
 
 def _one_cell(m, c, why, docs: list, failed: list, skips: list, *, cache_dir, results_dir, offline, refresh, jobs,
-              keep_going, report, listing, observer) -> None:
+              keep_going, report, listing, observer, ray_address) -> None:
     """One cell of `matrix run`: skipped (`why`), run, or failed; what it gives goes into docs, failed, skips."""
     from harness.errors import EnvironmentSkip, UsageError
     from harness.nightly.cells import run_cell, skip_cell
@@ -155,7 +158,8 @@ def _one_cell(m, c, why, docs: list, failed: list, skips: list, *, cache_dir, re
     try:
         with observer:  # a spinner on a terminal while a probe runs; elsewhere a line as each one starts
             res = run_cell(m, c, cache_dir, results_dir, offline=offline, refresh=refresh, jobs=jobs,
-                           observer=observer, log=log_to_stderr, listing=listing, command=sys.argv)
+                           observer=observer, log=log_to_stderr, listing=listing, command=sys.argv,
+                           ray_address=ray_address)
     except (UsageError, EnvironmentSkip) as exc:
         if not keep_going:
             raise

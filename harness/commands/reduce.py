@@ -15,6 +15,7 @@ from harness.commands.common import (
     print_json,
     question_options,
     say_stopped,
+    ray_option,
     results_dir_option,
     run_dir_of,
     store_options,
@@ -27,8 +28,9 @@ from harness.commands.common import (
 @store_options
 @question_options
 @click.option("--rows-only", is_flag=True, help="Reduce the batch's rows, keep the whole model.")
+@ray_option
 @json_option
-def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, as_json):
+def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, ray_address, as_json):
     """The smallest repro of a run's regression or fix: fewest rows, then fewest nodes, verified on both releases.
 
     It reduces the pair of the run's question (its newest run document, or --question KEY): last good and
@@ -50,6 +52,9 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, a
                                    command=sys.argv, question=question, bad_if=bad_if_text(bad_if), observer=progress)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
         return say_stopped(exc, f"the finished probes are saved in {run_dir / REDUCED}")
+        doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
+                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if),
+                               ray_address=ray_address)
     except NoFlip as exc:  # probes ran: not a refusal
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

@@ -16,6 +16,7 @@ from harness.commands.common import (
     out,
     print_json,
     probe_options,
+    ray_option,
     range_options,
     reduced_option,
     say_stopped,
@@ -26,7 +27,8 @@ from harness.commands.common import (
 from harness.errors import UsageError
 
 # What run and sweep both take: the model (or a reduced repro), the range, the target, the store, the probes.
-search_options = compose(model_options, reduced_option, range_options, target_options, store_options, probe_options)
+search_options = compose(model_options, reduced_option, range_options, target_options, ray_option, store_options,
+                         probe_options)
 
 
 @click.command("run")
@@ -181,7 +183,8 @@ def _reduce_and_blame(doc: dict, plan, opts: dict) -> None:
         try:
             with ProbeLines(err) as progress:
                 doc["reduced"] = reduce_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"],
-                                                  log=log_to_stderr, question=doc["cell"]["key"], observer=progress)
+                                                  log=log_to_stderr, question=doc["cell"]["key"], observer=progress,
+                                                  ray_address=opts.get("ray_address"))
         except NoFlip as exc:  # the boundary stands; the reduction says why it has none
             err.print(f"no reduction: {escape(str(exc))}")
     if opts.get("blame") and doc["status"] == "found":
@@ -192,6 +195,7 @@ def _reduce_and_blame(doc: dict, plan, opts: dict) -> None:
             with ProbeLines(err) as progress:
                 doc["blame"] = blame_saved_run(plan.store.dir, opts["cache_dir"], opts["offline"],
                                                repo=opts.get("repo"), question=doc["cell"]["key"],
-                                               log=log_to_stderr, observer=progress)
+                                               log=log_to_stderr, observer=progress,
+                                               ray_address=opts.get("ray_address"))
         except Unblamed as exc:
             err.print(f"nothing to blame: {escape(str(exc))}")

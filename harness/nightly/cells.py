@@ -42,7 +42,8 @@ class CellOutcome:
     reused: int
 
 
-def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Path, offline: bool):
+def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Path, offline: bool,
+             ray_address: str | None = None):
     """The cell's search as `bisect run` would be asked it (harness.commands.common.search_spec)."""
     from harness.request import SearchSpec
 
@@ -52,7 +53,7 @@ def spec_for(cell: Cell, first: str, last: str, cache_dir: Path, results_dir: Pa
         cache_dir=cache_dir, offline=offline, results_dir=results_dir, timeout=cell.timeout, bad_if=cell.bad_if,
         reference=cell.reference, reference_release=cell.reference_release, session_options=dict(cell.options),
         package=cell.package_of(), margin=True,  # the dashboard's margin per release
-        time_budget=cell.time_budget,
+        time_budget=cell.time_budget, ray_address=ray_address,
     )
 
 
@@ -98,7 +99,7 @@ def _extra(matrix: Matrix, cell: Cell) -> dict:
 
 def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, offline: bool = False,
              refresh: bool = False, jobs: int = 1, observer=None, listing: list | None = None,
-             command: list[str] | None = None, log=lambda msg: None) -> CellOutcome:
+             command: list[str] | None = None, log=lambda msg: None, ray_address: str | None = None) -> CellOutcome:
     """One cell, exactly as `bisect run` / `bisect sweep` would search it; returns its summary."""
     from harness.plan import make_plan
     from harness.request import release_listing
@@ -108,7 +109,7 @@ def run_cell(matrix: Matrix, cell: Cell, cache_dir: Path, results_dir: Path, off
     if listing is None:
         listing = release_listing(cache_dir, offline, cell.package_of())
     first, last = resolve_range(cell.releases, listing)
-    spec = spec_for(cell, first, last, cache_dir, results_dir, offline)
+    spec = spec_for(cell, first, last, cache_dir, results_dir, offline, ray_address)
     plan = make_plan(spec, command or sys.argv, log)
     if cell.rows == "fewest":  # as `bisect run --rows fewest`
         found = fewrows.search(spec, plan, observer=observer, jobs=jobs, log=log, cell_key=cell.key,

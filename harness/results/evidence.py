@@ -58,7 +58,10 @@ TIMING_FIELDS: dict[str, tuple[type, ...]] = {  # harness.probe.timed_rounds (ro
     "fresh_processes": (bool,), "budget_s": _NUMBER, "stopped": (str,), "error": (str,), "seconds": _NUMBER,
 }
 PROVENANCE_FIELDS: dict[str, tuple[type, ...]] = {
-    "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,),
+    "arch": (str,), "backend": (str,), "cpu": (str, _NONE), "python": (str,), "engine": (dict,), "node": (dict,),
+}
+NODE_FIELDS: dict[str, tuple[type, ...]] = {  # harness.executors.cluster: the Ray node a probe ran on
+    "id": (str,), "hostname": (str,), "arch": (str,), "cpu_model": (str,), "cpu_flags": (str,),
 }
 PROVIDERS_FIELDS: dict[str, tuple[type, ...]] = {"requested": (str, _NONE), "used": (list, _NONE)}
 METRICS_FIELDS: dict[str, tuple[type, ...]] = {  # harness.metrics.probe_metrics
@@ -241,6 +244,8 @@ class ProbeRecord:
                             ("timing", TIMING_FIELDS)):
             if key in doc:
                 _check(what, doc[key], fields, f"{key}.")
+        if isinstance((doc.get("provenance") or {}).get("node"), dict):
+            _check(what, doc["provenance"]["node"], NODE_FIELDS, "provenance.node.")
         result = doc.get("result")
         if result is not None:
             _check(what, result, RESULT_FIELDS, "result.")

@@ -90,6 +90,9 @@ def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None =
     """A runner for `target` that installs `package` (default: onnxruntime) and runs probes on `engines` (addresses,
     where the backend takes them), checked but not provisioned: call its `provision` before the first probe."""
     name = check_target(backend, target.arch, cpu)
+    if len(engines) > 1:  # several machines are a cluster's work: one scheduler, with retries and placement
+        raise UsageError(f"--docker-host {engines[1]}: probes run on one Docker engine; to spread them over "
+                         f"several machines, make each a Ray node and give --ray-address (see README, On a cluster)")
     if engines and not REGISTRY[name].takes_engines:
         takers = [n for n, c in REGISTRY.items() if c.takes_engines]
         raise UsageError(f"--docker-host {engines[0]}: engines run probes with {_spell_backends(takers, flag)} only"

@@ -92,6 +92,8 @@ class Runner(ABC):
     #: whether the backend runs probes on engines named by address (--docker-host); make_runner sets `engines`
     takes_engines: ClassVar[bool] = False
     engines: tuple[str, ...] = ()
+    #: where this runner's probes run (harness.executors; make_plan sets it): None, here
+    executor: object | None = None
 
     def __init__(self, target: Target, cache_dir: Path, cpu: str | None = None):
         self.target = target

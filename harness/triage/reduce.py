@@ -513,7 +513,8 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
 
 def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=lambda msg: None,
                      nodes: bool = True, command: list[str] | None = None, question: str | None = None,
-                     bad_if: str | None = None, observer: Observer | None = None) -> dict:
+                     bad_if: str | None = None, observer: Observer | None = None,
+                     ray_address: str | None = None) -> dict:
     """Reduce the boundary of a run's question (results/<run>/reduced/); the run's own target and options.
 
     The question is the run document `question` names, else the newest (harness.session.asked_of_run);
@@ -522,7 +523,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
     Every candidate runs on the same two releases: their workers serve one candidate after another
     (under emulation a worker's start is most of a tiny model's probe).
     """
-    prepared = _prepare(Path(run_dir), cache_dir, offline, command, question, bad_if)
+    prepared = _prepare(Path(run_dir), cache_dir, offline, command, question, bad_if, ray_address)
     plan, good, bad = prepared["args"][:3]
     log(f"reducing {plan.probe_inputs.model.name} between {good.version} (good) and {bad.version} (bad), "
         f"answering {prepared['kwargs']['question']['said']}")
@@ -534,7 +535,7 @@ def reduce_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, log=
 
 
 def _prepare(run_dir: Path, cache_dir: Path, offline: bool, command: list[str] | None, key: str | None,
-             bad_if: str | None) -> dict:
+             bad_if: str | None, ray_address: str | None = None) -> dict:
     """Everything a reduction needs, or the UsageError that refuses it: nothing is probed here."""
     import dataclasses
 
@@ -553,7 +554,7 @@ def _prepare(run_dir: Path, cache_dir: Path, offline: bool, command: list[str] |
     if pair is None:
         ends = " and ".join(name.replace("_", " ") for name in end_names(q.mode))
         raise UsageError(f"{run_dir.name}: its probes show no {ends} release to reduce between under {asked.said}")
-    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q)
+    spec = spec_of_run(run_dir, cache_dir, offline, pair.older, pair.newer, q, ray_address)
     plan = make_plan(dataclasses.replace(spec, from_=pair.older, to=pair.newer), command)
     good = next(r for r in plan.releases if r.version == pair.good)
     bad = next(r for r in plan.releases if r.version == pair.bad)

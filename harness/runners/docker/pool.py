@@ -9,8 +9,9 @@ container of the probe image, its CPU flags (``/proc/cpuinfo``): what a probe
 on it records as ``provenance.engine``.
 
 A pool hands each probe the engine with the most free room; an engine that
-stops answering is marked down (its probe becomes a *skip*) and the others
-carry on.
+stops answering is marked down (its probe becomes a *skip*). A run's pool holds
+one engine (harness.runners.make_runner refuses a second --docker-host):
+several machines are a Ray cluster's work (harness.executors).
 """
 
 from __future__ import annotations

@@ -8,12 +8,13 @@ copied out, all through the Docker API. Nothing of the client's file system
 is mounted, so an engine may be another machine's (`--docker-host
 ssh://user@host`, tcp://, a docker context; default: DOCKER_HOST).
 
-Each engine is asked its arch and CPU flags (`docker_pool`): a target runs
-natively on the engines of its arch; only when no engine has it, or `--cpu`
+The engine is asked its arch and CPU flags (`docker_pool`): a target runs
+natively on an engine of its arch; only when the engine has another, or `--cpu`
 asks for an emulated CPU model, does it run under the engine's binfmt QEMU
 (QEMU_CPU). Containers have no network and a memory limit, and are removed
 afterwards. Each probe records the engine it ran on; an engine that drops out
-turns its probe into a *skip* and the others carry on.
+turns its probe into a *skip*. One engine per run (harness.runners.make_runner
+refuses a second): several machines are a Ray cluster's (harness.executors).
 """
 
 from __future__ import annotations

@@ -1,0 +1,62 @@
+"""--ray-address without a cluster: the flag on every command that probes a range, the line that says how to get
+the extra, and the node a record names read as evidence (tests/test_ray.py runs the real clusters)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from harness.cli import cli
+from harness.results.evidence import EvidenceError, ProbeRecord
+
+COMMANDS = (["run"], ["sweep"], ["compare"], ["reduce"], ["blame"], ["matrix", "run"])
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_every_command_that_fans_out_takes_ray_address(command):
+    res = CliRunner().invoke(cli, [*command, "--help"])
+    assert res.exit_code == 0 and "--ray-address" in res.output and "RAY_ADDRESS" in res.output
+
+
+def test_without_the_extra_ray_address_says_how_to_get_it_in_one_line(cache_dir, tmp_path):
+    """The process runs as if Ray were not installed (its import fails), whether or not it is here."""
+    started = ("import sys; sys.modules['ray'] = None; from harness.cli import main; sys.exit(main())")
+    proc = subprocess.run([sys.executable, "-c", started, "sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0",
+                           "--to", "1.21.1", "--offline", "--cache-dir", str(cache_dir), "--results-dir",
+                           str(tmp_path / "results"), "--ray-address", "127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line, = proc.stderr.strip().splitlines()
+    assert "Ray is not installed" in line and "uv sync --extra ray" in line
+    assert not list((tmp_path / "results").glob("*/probes.jsonl"))
+
+
+def test_the_node_a_record_names_is_read_as_evidence():
+    ran = {"version": "1.20.0", "status": "skip", "reason": "r",
+           "provenance": {"arch": "x86_64", "backend": "uv", "cpu": None, "python": "3.11",
+                          "node": {"id": "ab12", "hostname": "h", "arch": "x86_64", "cpu_model": "m",
+                                   "cpu_flags": "sse avx"}}}
+    assert ProbeRecord.parse(ran).raw["provenance"]["node"]["id"] == "ab12"
+    for bad in ({"id": 7}, {"cpu_flags": ["avx"]}, {"hostname": None}):
+        hostile = {**ran, "provenance": {**ran["provenance"], "node": {**ran["provenance"]["node"], **bad}}}
+        with pytest.raises(EvidenceError):
+            ProbeRecord.parse(hostile)
+    with pytest.raises(EvidenceError):
+        ProbeRecord.parse({**ran, "provenance": {**ran["provenance"], "node": "somewhere"}})
+
+
+def test_a_foreign_arch_on_a_cluster_is_emulated_only_where_backend_qemu_asks(cache_dir, tmp_path):
+    """--arch aarch64 with --backend auto would pick QEMU on this x86_64 driver: on a cluster that is refused in
+    one line before any node is asked (a native aarch64 node must not emulate)."""
+    if sys.platform != "linux" or __import__("platform").machine() != "x86_64":
+        pytest.skip("the driver must be an x86_64 machine, where auto picks QEMU for aarch64")
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "sweep", "--model", "gemma-tiny-fused", "--from",
+                           "1.19.0", "--to", "1.21.1", "--offline", "--arch", "aarch64", "--cache-dir", str(cache_dir),
+                           "--results-dir", str(tmp_path / "results"), "--ray-address", "127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    line, = proc.stderr.strip().splitlines()
+    assert "emulated only where --backend qemu asks for it" in line
