@@ -14,9 +14,14 @@ dependencies, pinned, kept in the test cache under realmodels/):
   ai.onnx.ml ops). Measured: bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on.
 - onnx 1.19.1, `onnx/backend/test/data/node/test_rotary_embedding/` (model.onnx and its input_*.pb): a
   RotaryEmbedding of opset 23. Measured: releases up to 1.22.1 refuse to load it, 1.23.0 and later run it.
-- A public converter's output: silero_vad.onnx quantized by onnxruntime 1.20.1's own quantizer
-  (`onnxruntime.quantization.quantize_dynamic`, int8 weights; onnx 1.19.1), made at test time with `uv run`.
-  Measured: bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on (up to 1.32.0).
+- Public converters' outputs, made at test time with `uv run` (CONVERTERS):
+  - silero_vad.onnx quantized by onnxruntime 1.20.1's `quantize_dynamic` (int8 weights; onnx 1.19.1). Measured:
+    bit-identical on 1.19.0 .. 1.20.1, changed from 1.21.0 on (up to 1.32.0).
+  - magika's model quantized by onnxruntime 1.20.1's `quantize_static` in QDQ format (int8 activations and
+    weights, calibrated on four batches of random bytes). Measured: bit-identical on every release 1.19.0 ..
+    1.32.0, while the fp32 model changes at 1.21.0: unchanged, and every artifact must say so.
+  - a scikit-learn 1.6.1 GradientBoostingRegressor (50 trees) converted by skl2onnx 1.20.0 (TreeEnsembleRegressor,
+    ai.onnx.ml 3). Measured: bit-identical on every release 1.19.0 .. 1.32.0: unchanged.
 
 Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on) and, under QEMU, residual_overflow (NaN on
 aarch64 with fp16 arithmetic from 1.24.1 on).
@@ -58,22 +63,60 @@ def _wheel(cache_dir: Path, package: str) -> Path:
     return target
 
 
-QUANTIZER = ("onnxruntime==1.20.1", "onnx==1.19.1")  # the converter: onnxruntime's own dynamic int8 quantizer
+# Public converters, each run at test time in a uv environment of pinned packages; what they write is kept in the
+# test cache under realmodels/ (name: (packages, the converter's code: argv[1] the model in or "", argv[2] out)).
+CONVERTERS = {
+    # onnxruntime's own dynamic int8 quantizer
+    "int8": (("onnxruntime==1.20.1", "onnx==1.19.1"),
+             "import sys; from onnxruntime.quantization import QuantType, quantize_dynamic; "
+             "quantize_dynamic(sys.argv[1], sys.argv[2], weight_type=QuantType.QInt8)"),
+    # onnxruntime's own static quantizer in QDQ format, calibrated on four batches of random bytes (magika's input)
+    "qdq": (("onnxruntime==1.20.1", "onnx==1.19.1"), """
+import sys
+import numpy as np
+from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+class Batches(CalibrationDataReader):
+    def __init__(self):
+        rng = np.random.default_rng(1)
+        self.feeds = iter([{"bytes": rng.integers(0, 257, (4, 2048)).astype(np.int32)} for _ in range(4)])
+
+    def get_next(self):
+        return next(self.feeds, None)
+
+quantize_static(sys.argv[1], sys.argv[2], Batches(), quant_format=QuantFormat.QDQ,
+                activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+"""),
+    # a scikit-learn gradient-boosted tree ensemble (50 trees of depth 4 over 8 features), converted by skl2onnx
+    "gbr": (("scikit-learn==1.6.1", "skl2onnx==1.20.0", "onnx==1.19.1"), """
+import sys
+import numpy as np
+from skl2onnx import to_onnx
+from sklearn.ensemble import GradientBoostingRegressor
+
+rng = np.random.default_rng(0)
+X = rng.standard_normal((200, 8)).astype(np.float32)
+y = (X[:, 0] * 2 + np.sin(X[:, 1] * 3) + X[:, 2] * X[:, 3]).astype(np.float32)
+model = GradientBoostingRegressor(n_estimators=50, max_depth=4, random_state=0).fit(X, y)
+onx = to_onnx(model, X[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+open(sys.argv[2], "wb").write(onx.SerializeToString())
+"""),
+}
 
 
-def _quantized(cache_dir: Path, model: Path) -> Path:
-    """`model` with int8 weights by onnxruntime.quantization.quantize_dynamic, made once under the test cache."""
+def _converted(cache_dir: Path, converter: str, model: Path | None, name: str) -> Path:
+    """What CONVERTERS[converter] writes from `model` (None: it makes its own), made once under the test cache."""
     from harness.releases.uvtool import uv
     from harness.results.locking import file_lock
 
+    packages, code = CONVERTERS[converter]
     root = cache_dir / "realmodels"
-    out = root / f"{model.stem}-int8-{QUANTIZER[0].split('==')[1]}.onnx"
+    root.mkdir(parents=True, exist_ok=True)
+    out = root / f"{name}-{converter}-{'-'.join(p.replace('==', '') for p in packages)}.onnx"
     with file_lock(root / f"{out.name}.lock"):
         if not out.exists():
-            code = ("import sys; from onnxruntime.quantization import QuantType, quantize_dynamic; "
-                    "quantize_dynamic(sys.argv[1], sys.argv[2], weight_type=QuantType.QInt8)")
-            uv("run", "--quiet", "--no-project", "--python", "3.11", *(a for q in QUANTIZER for a in ("--with", q)),
-               "python", "-c", code, str(model), str(out) + ".tmp", what="quantizing with onnxruntime")
+            uv("run", "--quiet", "--no-project", "--python", "3.11", *(a for p in packages for a in ("--with", p)),
+               "python", "-c", code, str(model or ""), str(out) + ".tmp", what=f"converting with {packages[0]}")
             Path(str(out) + ".tmp").rename(out)
     return out
 
@@ -105,9 +148,12 @@ def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     out = {}
     for name, (package, path) in FILES.items():
         model = _wheel(cache_dir, package) / path
-        batch = _pb_batch(model.parent, d / f"{name}.npz") if name == "rotary" else d / f"{name}.npz"
+        batch = _pb_batch(model.parent, d / f"{name}.npz") if package == "onnx" else d / f"{name}.npz"
         out[name] = (model, batch)
-    out["silero_int8"] = (_quantized(cache_dir, out["silero"][0]), out["silero"][1])
+    out["silero_int8"] = (_converted(cache_dir, "int8", out["silero"][0], "silero_vad"), out["silero"][1])
+    out["magika_qdq"] = (_converted(cache_dir, "qdq", out["magika"][0], "magika"), out["magika"][1])
+    out["gbr"] = (_converted(cache_dir, "gbr", None, "sklearn"), d / "gbr.npz")
+    np.savez(d / "gbr.npz", X=rng.standard_normal((rows, 8)).astype(np.float32))
     out["residual_norm"] = (builders.save(builders.residual_norm_model(), d / "residual_norm.onnx"), d / "rn.npz")
     np.savez(d / "rn.npz", **builders.residual_norm_inputs())
     return out
@@ -143,6 +189,10 @@ COMBINATIONS = {
     "silero-regression-nan-or-inf": ("silero", "regression", ("--bad-if", "nan-or-inf"), "1.20.1", "1.21.0", None),
     "silero-regression-slower": ("silero", "regression", ("--bad-if", "slower>1.5", "--time-budget", "10"), "1.20.1",
                                  "1.21.0", None),
+    "magika_qdq-regression-abs-diff-vs-release": ("magika_qdq", "regression", ("--bad-if", "abs-diff>0",
+                                                  "--reference-release", "1.20.1"), "1.20.1", "1.21.0", None),
+    "gbr-regression-abs-diff-vs-file": ("gbr", "regression", ("--bad-if", "abs-diff>0", "--reference", "FILE:1.19.2"),
+                                        "1.19.2", "1.23.0", None),
     "residual_norm-regression-nan-or-inf": ("residual_norm", "regression", ("--bad-if", "nan-or-inf"), "1.19.2",
                                             "1.20.0", ("1.19.2", "1.20.0")),
     "residual_norm-fix-nan-or-inf": ("residual_norm", "fix", ("--bad-if", "nan-or-inf"), "1.19.2", "1.20.0", None),
@@ -159,7 +209,8 @@ def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last,
     r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", first, "--to", last, "--mode", mode,
                *asked, *extra, "--json", results=results)
     assert r.returncode in (0, 3), r.stderr
-    return r, tuple(a for a in asked if a not in ("--time-budget", "10"))
+    budget = asked.index("--time-budget") if "--time-budget" in asked else len(asked)
+    return r, tuple(asked[:budget] + asked[budget + 2:])  # the question alone: diff asks it
 
 
 @pytest.mark.parametrize("combination", list(COMBINATIONS))
