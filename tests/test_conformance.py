@@ -29,8 +29,9 @@ dependencies, pinned, kept in the test cache under realmodels/):
   - a scikit-learn 1.6.1 GradientBoostingRegressor (50 trees) converted by skl2onnx 1.20.0 (TreeEnsembleRegressor,
     ai.onnx.ml 3). Measured: bit-identical on every release 1.19.0 .. 1.32.0: unchanged.
 
-Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on) and, under QEMU, residual_overflow (NaN on
-aarch64 with fp16 arithmetic from 1.24.1 on).
+Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on), slowed_by_nan (a Loop of 3000 trips instead
+of 50 where the norm gives NaN: slower from 1.20.0) and, under QEMU, residual_overflow (NaN on aarch64 with fp16
+arithmetic from 1.24.1 on).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     np.savez(d / "gbr.npz", X=rng.standard_normal((rows, 8)).astype(np.float32))
     out["residual_norm"] = (builders.save(builders.residual_norm_model(), d / "residual_norm.onnx"), d / "rn.npz")
     np.savez(d / "rn.npz", **builders.residual_norm_inputs())
+    out["slowed"] = (builders.save(builders.slowed_by_nan_model(), d / "slowed.onnx"), d / "rn.npz")
     return out
 
 
@@ -196,6 +198,8 @@ COMBINATIONS = {
     "silero-regression-nan-or-inf": ("silero", "regression", ("--bad-if", "nan-or-inf"), "1.20.1", "1.21.0", None),
     "silero-regression-slower": ("silero", "regression", ("--bad-if", "slower>1.5", "--time-budget", "10"), "1.20.1",
                                  "1.21.0", None),
+    "slowed-regression-slower": ("slowed", "regression", ("--bad-if", "slower>2", "--time-budget", "20"), "1.19.2",
+                                 "1.20.0", ("1.19.2", "1.20.0")),
     "magika_qdq-regression-abs-diff-vs-release": ("magika_qdq", "regression", ("--bad-if", "abs-diff>0",
                                                   "--reference-release", "1.20.1"), "1.20.1", "1.21.0", None),
     "gbr-regression-abs-diff-vs-file": ("gbr", "regression", ("--bad-if", "abs-diff>0", "--reference", "FILE:1.19.2"),
