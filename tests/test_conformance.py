@@ -38,6 +38,7 @@ arithmetic from 1.24.1 on). Under QEMU too, silero-vad: on aarch64 its outputs c
 from __future__ import annotations
 
 import subprocess
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 
 import builders
@@ -229,17 +230,17 @@ def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last,
     return r, tuple(asked[:budget] + asked[budget + 2:])  # the question alone: diff asks it
 
 
-@pytest.mark.parametrize("combination", list(COMBINATIONS))
-def test_every_artifact_agrees_with_the_run(combination, models, bisect, fresh_python, tmp_path_factory):
-    name, mode, question, first, last, boundary = COMBINATIONS[combination]
-    model, batch = models[name]
-    results = tmp_path_factory.mktemp(combination) / "results"
-    r, asked = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results)
+def _conform(bisect, fresh_python, model: Path, batch: Path, results: Path, mode: str, question: tuple, first: str,
+             last: str, boundary: tuple | None, extra: tuple = ()) -> None:
+    """One combination: the run, the boundary measured for it, then every artifact checked against the run."""
+    r, asked = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results, extra)
     doc = r.json()
     older, newer = ("last_good", "first_bad") if mode == "regression" else ("last_bad", "first_good")
     assert doc["mode"] == mode
     assert (doc.get(older), doc.get(newer)) == (boundary or (None, None)), doc["message"]  # measured, see above
-    check_agrees(doc, results, Context(bisect, fresh_python, model, batch, question_args=asked), run_rc=r.returncode)
+    native = not extra
+    check_agrees(doc, results, Context(bisect, fresh_python, model, batch, native=native, explain=native,
+                                       extra_run_args=extra, question_args=asked), run_rc=r.returncode)
 
 
 # Under QEMU (aarch64 from x86_64): id: (model, question args, from, to, the boundary measured for it)
@@ -249,19 +250,52 @@ EMULATED = {
     "silero-regression-abs-diff-vs-release": ("silero", ("--bad-if", "abs-diff>0", "--reference-release", "1.22.1"),
                                               "1.22.1", "1.23.0", ("1.22.1", "1.23.0")),
 }
+ON_QEMU = ("--arch", "aarch64", "--backend", "qemu")
+AT_ONCE = 3  # combinations checked at once: their work is subprocesses that mostly wait (probes, installs, startup)
+NATIVE_TEST = "test_every_artifact_agrees_with_the_run"
+EMULATED_TEST = "test_every_artifact_agrees_with_an_emulated_aarch64_run"
+
+
+def _timed(combination: str) -> bool:
+    return "--time-budget" in COMBINATIONS[combination][2]
+
+
+@pytest.fixture(scope="module")
+def checked(request, models, module_bisect, fresh_python, tmp_path_factory):
+    """The selected untimed combinations, native and emulated, run and checked AT_ONCE at a time from the module's
+    start: {(test name, combination): its future}. A test reads its own outcome (the assertion re-raised there).
+    The timed ones are left to their tests, which run them alone after these: a latency measured beside other
+    work is noise."""
+    selected = [(item.originalname, item.callspec.params["combination"]) for item in request.session.items
+                if item.module is request.module and hasattr(item, "callspec")]
+    jobs = {}
+    for test, combination in selected:
+        if test == NATIVE_TEST and not _timed(combination):
+            name, mode, question, first, last, boundary = COMBINATIONS[combination]
+            jobs[(test, combination)] = (*models[name], tmp_path_factory.mktemp(combination) / "results", mode,
+                                         question, first, last, boundary)
+        elif test == EMULATED_TEST:
+            name, question, first, last, boundary = EMULATED[combination]
+            jobs[(test, combination)] = (*models[name], tmp_path_factory.mktemp(f"aarch64-{combination}") / "results",
+                                         "regression", question, first, last, boundary, ON_QEMU)
+    with ThreadPoolExecutor(AT_ONCE) as pool:
+        yield {key: pool.submit(_conform, module_bisect, fresh_python, *job) for key, job in jobs.items()}
+
+
+@pytest.mark.parametrize("combination", list(COMBINATIONS))
+def test_every_artifact_agrees_with_the_run(combination, checked, models, module_bisect, fresh_python,
+                                            tmp_path_factory):
+    if not _timed(combination):
+        checked[(NATIVE_TEST, combination)].result()
+        return
+    wait(checked.values())
+    name, mode, question, first, last, boundary = COMBINATIONS[combination]
+    _conform(module_bisect, fresh_python, *models[name], tmp_path_factory.mktemp(combination) / "results", mode,
+             question, first, last, boundary)
 
 
 @pytest.mark.qemu
 @pytest.mark.parametrize("combination", list(EMULATED))
-def test_every_artifact_agrees_with_an_emulated_aarch64_run(combination, models, bisect, fresh_python,
-                                                            tmp_path_factory):
+def test_every_artifact_agrees_with_an_emulated_aarch64_run(combination, checked):
     """Under QEMU: what can be read without running aarch64 code here (the report, drift, the dashboard)."""
-    name, question, first, last, boundary = EMULATED[combination]
-    model, batch = models[name]
-    results = tmp_path_factory.mktemp(f"aarch64-{combination}") / "results"
-    extra = ("--arch", "aarch64", "--backend", "qemu")
-    r, _ = _bisect_run(bisect, fresh_python, model, batch, "regression", question, first, last, results, extra)
-    doc = r.json()
-    assert (doc["last_good"], doc["first_bad"]) == boundary, doc["message"]  # measured, see above
-    check_agrees(doc, results, Context(bisect, fresh_python, model, batch, native=False, explain=False,
-                                       extra_run_args=extra), run_rc=r.returncode)
+    checked[(EMULATED_TEST, combination)].result()
