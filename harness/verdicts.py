@@ -29,6 +29,13 @@ VERDICTS = ("good", "bad", "skip", "error", "crash", "timeout", "nondeterministi
 INCONCLUSIVE = "inconclusive"
 
 
+def bound_text(x: float) -> str:
+    """A bound as the predicate's text: the short `:g` form where it reads back as the same number, else every
+    digit (`cosine<0.99999995` is no `cosine<1`: the text is what readers judge the run's probes by again)."""
+    short = f"{x:g}"
+    return short if float(short) == x else repr(x)
+
+
 @dataclass(frozen=True)
 class Condition:
     """One way of being bad: `kind` is one of CONDITIONS, `bound` its threshold where it has one, `floor`
@@ -42,7 +49,7 @@ class Condition:
         if self.bound is None:
             return self.kind
         at = f"@{self.floor:g}" if self.floor is not None else ""
-        return f"{self.kind}{'<' if self.kind in BELOW else '>'}{self.bound:g}{at}"
+        return f"{self.kind}{'<' if self.kind in BELOW else '>'}{bound_text(self.bound)}{at}"
 
     @property
     def needs_reference(self) -> bool:
@@ -58,7 +65,7 @@ class Condition:
         return REL_FLOOR if self.floor is None else self.floor
 
     def words(self, reference: str = "the reference") -> str:
-        b = None if self.bound is None else f"{self.bound:g}"
+        b = None if self.bound is None else bound_text(self.bound)
         return {
             "nan-or-inf": "an output row holds NaN or Inf",
             "nan": "an output row holds NaN",

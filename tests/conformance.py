@@ -279,7 +279,7 @@ def _commands(t: Truth, md: str, p: Problems) -> None:
                 m = re.fullmatch(r"onnxruntime[a-z-]*==(.+)", w)
                 if m:
                     installs.append(m.group(1))
-            if words[:1] == ["python"] and len(words) > 1:
+            if words[:1] == ["python"] and len(words) > 1 and words[1] != "-m":  # -m venv: making an environment
                 p.check(a, words[1].endswith("repro.py"), f"{line!r} runs something other than repro.py")
     if t.found:
         named = {t.older, t.newer}

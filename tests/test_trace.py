@@ -144,3 +144,25 @@ def test_diff_aarch64_names_overflowing_residual_add(cache_dir, releases, tmp_pa
     assert (change["a"]["precision"], change["b"]["precision"]) == ("fp32-island", "fp16")
     assert f"`{ADD1}` ran in an fp32 island on 1.23.2 and natively in fp16 on 1.24.1" in d.explanation
     assert "exceeds 65504" in d.explanation
+
+
+def test_traces_given_one_workdir_take_turns(x86, releases, residual_norm, norm_traces, tmp_path):
+    """Two commands tracing the same run's release at once (`diff` beside `report`) share its workdir in the
+    cache: each clears its optimized graph there, and a diff read the other's half-written files (verdict None).
+    A trace waits while another holds the workdir, then gives the same result."""
+    import threading
+
+    from harness.results.locking import file_lock
+
+    model, batch = residual_norm
+    work = tmp_path / "run" / "1.20.0"
+    done: list = []
+    work.parent.mkdir(parents=True)
+    with file_lock(work.parent / f"{work.name}.lock"):  # another trace of this workdir, under way
+        waiting = threading.Thread(target=lambda: done.append(trace(x86, releases["1.20.0"], model, batch, work)))
+        waiting.start()
+        waiting.join(timeout=5)
+        assert waiting.is_alive() and not done
+    waiting.join(timeout=300)
+    assert done and done[0].verdict == norm_traces["1.20.0"].verdict == "bad"
+    assert done[0].first_nonfinite == norm_traces["1.20.0"].first_nonfinite

@@ -107,6 +107,16 @@ def test_several_bad_ifs_are_one_predicate_bad_if_any_holds():
     assert parse_predicate("cosine<0.999").needs_reference and not parse_predicate("headroom>0.5").needs_reference
 
 
+@pytest.mark.parametrize("text", ["cosine<0.99999995", "abs-diff>1.2345678e-07", "slower>1.0000001", "max-abs>65504.5"])
+def test_a_bound_past_six_digits_is_kept_whole_in_the_predicates_text(text):
+    """Readers judge a run's probes again from its predicate's text: rounded, `cosine<0.99999995` read back as
+    `cosine<1` and turned the run's good release bad in every artifact."""
+    p = parse_predicate(text)
+    assert str(p) == text and parse_predicate(str(p)) == p
+    assert text.split("<")[-1].split(">")[-1] in p.words()
+    assert str(parse_predicate("abs-diff>1e-4")) == "abs-diff>0.0001"  # short bounds keep their short text
+
+
 @pytest.mark.parametrize("text", ["nan>1", "max-abs", "rel-diff", "sometimes", "max-abs>x", "cosine>0.9",
                                   "max-abs<3", "error>1", "cosine", "", "abs-diff", "abs-diff<1",
                                   "rel-diff>1e-3@", "rel-diff>1e-3@x", "rel-diff>1e-3@2e-5", "rel-diff>1e-3@1e-12",

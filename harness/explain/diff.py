@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 from harness.explain.trace import TensorStat, TraceResult
 from harness.graphs import precision
-from harness.verdicts import Predicate
+from harness.verdicts import Predicate, bound_text
 
 
 @dataclass
@@ -124,11 +124,11 @@ def tolerance(predicate: Predicate | None) -> Tolerance:
     for kind, read in (("rel-diff", "rel"), ("abs-diff", "abs")):
         bounds = [c.bound for c in conds if c.kind == kind and c.bound is not None]
         if bounds:
-            return Tolerance(read, min(bounds), f"{kind}>{min(bounds):g}")
+            return Tolerance(read, min(bounds), f"{kind}>{bound_text(min(bounds))}")
     cosines = [c.bound for c in conds if c.kind == "cosine" and c.bound is not None]
     if cosines:
         b = max(cosines)
-        return Tolerance("rel", max(1.0 - b, 0.0), f"cosine<{b:g}, read as a relative difference of {1.0 - b:.3g}")
+        return Tolerance("rel", max(1.0 - b, 0.0), f"cosine<{bound_text(b)}, read as a relative difference of {1.0 - b:.3g}")
     return Tolerance("nonfinite", None, f"{predicate or Predicate()}: only a value non-finite on one release counts")
 
 

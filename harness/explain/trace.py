@@ -54,6 +54,7 @@ from harness.graphs import precision, surgery
 from harness.metrics import FP16_MAX, probe_metrics
 from harness.probe import ProbeJob, Prober
 from harness.releases.versions import Release
+from harness.results.locking import file_lock
 from harness.results.store import load_outputs
 from harness.runners.base import Runner
 from harness.verdicts import Predicate
@@ -183,13 +184,23 @@ def trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Pa
 
     `model` is a ResolvedModel or a path to an .onnx file (external data next to
     it is used in place, never copied or loaded). `workdir` receives the
-    optimized graph, the exposed copy (symlinks to the data) and dumps.
+    optimized graph, the exposed copy (symlinks to the data) and dumps. Traces given one `workdir` (the same
+    run's release traced by two commands at once: `diff` beside `report`) take turns: each clears and rewrites
+    its files there, and one pass read another's half-written graph.
     """
+    workdir = Path(workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    with file_lock(workdir.parent / f"{workdir.name}.lock"):
+        return _trace(runner, release, model, inputs_npz, workdir, budget_bytes, dump, session_options, timeout,
+                      predicate, log, outputs, reference)
+
+
+def _trace(runner: Runner, release: Release, model, inputs_npz: Path, workdir: Path, budget_bytes: int,
+           dump: list[str] | tuple[str, ...], session_options: dict | None, timeout: float,
+           predicate: Predicate | None, log, outputs: tuple[str, ...], reference: Compared | None) -> TraceResult:
     t0 = time.perf_counter()
     model_path = Path(getattr(model, "path", model))
     inputs_npz = Path(inputs_npz)
-    workdir = Path(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
     base_opts = dict(session_options or {})
     predicate = predicate or Predicate()
     prober = Prober(runner, None, predicate)  # a trace's probes are its evidence, not the run's records

@@ -43,7 +43,7 @@ from harness.results.store import COMPARE, RunStore
 from harness.runners import Log, quiet
 from harness.session import probe_outcome
 from harness.triage.options import triage_store
-from harness.verdicts import rows_summary
+from harness.verdicts import bound_text, rows_summary
 
 PAIR = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_-]+)")
 DEFAULT_COSINE = 0.999
@@ -331,7 +331,7 @@ def _against(row: dict, outputs, first: dict, first_outputs, bound: float) -> di
     why = [f"{word} rows {row[k]} vs {first[k]}" for k, word in (("nan_rows", "NaN"), ("inf_rows", "Inf"),
                                                                   ("zero_rows", "all-zero")) if row[k] != first[k]]
     if worst_finite is not None and worst_finite < bound:
-        why.append(f"worst cosine {cosine_text(worst_finite)} < {bound:g} over the rows finite in both")
+        why.append(f"worst cosine {cosine_text(worst_finite)} < {bound_text(bound)} over the rows finite in both")
     return {"cosine_min": worst, "cosine_min_finite": worst_finite, "abs_diff_max": biggest, "diverges": bool(why),
             "why": "; ".join(why) if why else "agrees"}
 
