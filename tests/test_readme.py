@@ -95,3 +95,12 @@ def test_the_first_command_s_lines_run_id_and_the_trace_figures_are_what_they_pr
     assert any("fp16 tensors past 50 %" in x for x in quoted)
     printed = t.stdout.splitlines()
     assert [x for x in quoted if x not in printed] == [], t.stdout
+
+
+def test_ci_runs_the_readme_s_test_command():
+    """`.ci/run` runs the README's test command as written, so what CI passes is what a newcomer runs."""
+    block = README.split("## Two commands", 1)[1].split("```", 2)[1]
+    (tests,) = [ln.split("#", 1)[0].strip() for ln in block.splitlines() if ln.rstrip().endswith("# the tests")
+                or "# the tests " in ln]
+    ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert tests in ci, (tests, [ln for ln in ci if "pytest" in ln])
