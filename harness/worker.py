@@ -407,12 +407,16 @@ def margin_values(np, ort, margin, opts, providers, extra, feeds, values):
         rows = None
         if n is not None and margin.get("rows") is not None:
             rows = sorted(set(int(r) for r in margin["rows"] if 0 <= int(r) < n) | nonfinite_rows(np, n, values))
-        if n is not None and margin.get("learn_rows"):
-            runs = [(r, sess.run(outputs, dict((k, v[r:r + 1]) for k, v in feeds.items()))) for r in range(n)]
-        elif rows:
-            runs = [(None, sess.run(outputs, dict((k, v[rows]) for k, v in feeds.items())))]
-        else:
-            rows = None
+        runs = None
+        try:
+            if n is not None and margin.get("learn_rows"):
+                runs = [(r, sess.run(outputs, dict((k, v[r:r + 1]) for k, v in feeds.items()))) for r in range(n)]
+            elif rows:
+                runs = [(None, sess.run(outputs, dict((k, v[rows]) for k, v in feeds.items())))]
+        except Exception:
+            runs = None  # a model made for its batch's size alone: read on the batch as it is
+        if runs is None:
+            n, rows = (None, None) if margin.get("learn_rows") else (n, None)
             runs = [(None, sess.run(outputs, feeds))]
     except Exception as exc:
         return {"error": ("%s: %s" % (type(exc).__name__, exc)).splitlines()[0][:300],
