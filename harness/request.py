@@ -93,7 +93,9 @@ class SearchSpec:
     range_flags: tuple[str, str] = ("--from", "--to")  # how the user spelt the two ends (--version, GOOD, BAD)
     package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
     engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
-    margin: bool = False  # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices
+    # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices; None: on, except on an
+    # emulated CPU (QEMU), where its second session costs more than the probe's own run
+    margin: bool | None = False
     mode: str = "regression"  # which end is good: a slowdown's baseline (without --reference-release)
     time_budget: float = 60.0  # seconds a timed probe (slower, rss) may spend measuring against its baseline
 

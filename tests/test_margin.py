@@ -101,7 +101,8 @@ def test_on_aarch64_the_margin_stays_below_the_ceiling_until_the_adds_run_in_fp1
                                                                                    residual_overflow):
     model, batch = residual_overflow
     r = bisect("sweep", "--model", str(model), "--inputs", str(batch), "--from", "1.23.2", "--to", "1.24.1",
-               "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--json", results=tmp_path / "r")
+               "--arch", "aarch64", "--backend", "qemu", "--cpu", "neoverse-n1", "--margin", "--json",
+               results=tmp_path / "r")
     assert r.returncode in (0, 3), r.stderr
     recs = records(tmp_path / "r")
     before, after = recs["1.23.2"]["margin"], recs["1.24.1"]["margin"]
@@ -290,3 +291,20 @@ def test_other_session_options_or_another_model_compute_what_the_release_holds_a
     resolved = resolve(str(other), cache_dir)
     assert resolved.digest != job.margin.model_digest
     assert margin_job(resolved, tmp_path / "cache").memo_dir != job.margin.memo_dir
+
+
+@pytest.mark.release
+@pytest.mark.qemu
+def test_a_sweep_reads_the_margin_natively_and_under_qemu_only_when_asked(cache_dir, tmp_path):
+    """Under emulation the margin's second session costs more than the probe's own run (README): off unless asked."""
+    from harness.plan import make_plan
+    from harness.request import SearchSpec
+
+    def job(**spec):
+        return make_plan(SearchSpec(model="gemma-tiny-fused", from_="1.23.2", to="1.23.2", cache_dir=cache_dir,
+                                    results_dir=tmp_path / "results", **spec)).job
+
+    assert job(margin=None).margin is not None  # a sweep's default on the host's own CPU
+    assert job(margin=None, arch="aarch64", backend="qemu").margin is None
+    assert job(margin=True, arch="aarch64", backend="qemu").margin is not None
+    assert job(margin=False).margin is None

@@ -202,7 +202,7 @@ probe_options = compose(
                       "before an interval that straddles the bound is called inconclusive."),
     click.option("--margin/--no-margin", default=None,
                  help="Read the largest |x| of the model's hottest fp16 tensors in each probe, in a second session "
-                      "(default: on for sweep, off for run)."),
+                      "(default: on for sweep, except under QEMU; off for run)."),
     json_option,
 )
 
