@@ -308,3 +308,19 @@ def test_a_sweep_reads_the_margin_natively_and_under_qemu_only_when_asked(cache_
     assert job(margin=None, arch="aarch64", backend="qemu").margin is None
     assert job(margin=True, arch="aarch64", backend="qemu").margin is not None
     assert job(margin=False).margin is None
+
+
+def test_the_hot_rows_are_those_of_the_hottest_tensors_held_in_fp16_and_apart_in_fp32():
+    from harness.graphs.margin import HOT, Watched, hot_rows, rows_from_json
+
+    what = Watched(tuple(f"t{k}" for k in range(12)), "test")
+    row_of = {f"t{k}": (k, float(100 - k)) for k in range(12)}  # t0 hottest, each in its own row
+    held_as = {f"t{k}": "seen" if k % 2 else "observed-only" for k in range(12)}
+    assert hot_rows(row_of, what, None) == list(range(HOT))
+    assert hot_rows(row_of, what, held_as) == sorted([1, 3, 5, 7][:HOT] + [0, 2, 4, 6][:HOT])
+    row_of["t11"] = (11, float("inf"))  # not finite: the hottest of all
+    assert 11 in hot_rows(row_of, what, held_as)
+    assert rows_from_json({"t0": [0, None], "t1": [19, 3.5]}, what, 20) == {"t0": (0, float("inf")), "t1": (19, 3.5)}
+    for bad in ({"t0": [20, 1.0]}, {"t0": [-1, 1.0]}, {"t0": [True, 1.0]}, {"t0": [0, -1.0]}, {"t0": [0, "1"]},
+                {"nope": [0, 1.0]}, {}, [], {"t0": [0]}):
+        assert rows_from_json(bad, what, 20) is None, bad
