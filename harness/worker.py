@@ -17,6 +17,11 @@ profiler and returns its summary per node (the profile file is removed).
 Exit status: 0 result written, 3 result written with an error (the model
 would not load or run on this release), anything else: no result. Serving,
 the status of each request is its answer line, and the process ends at EOF.
+
+The module holds one concept, a probe inside a release's process (its timed
+runs, profile and fp16 margin included), and is one file because it runs
+alone, by path, in every environment and engine; the margin on chosen rows
+took it past 500 lines.
 """
 
 import hashlib
