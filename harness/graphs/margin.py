@@ -36,8 +36,8 @@ PREFIX = "ortbisect_margin"
 LIMIT = 512  # tensors watched at most: three small nodes each
 ARITHMETIC = ("Add", "Mul", "MatMul")
 HOT = 1  # the hottest tensors (held in fp16, and apart, in fp32) whose rows a margin on chosen rows reads
-HELD = ("seen", "observed-only")
-MODEL_FILE = "margin-2.onnx"  # a new name for each change of how the margin model is made: one made before is not used  # harness.graphs.precision.tensor_visibility's words
+HELD = ("seen", "observed-only")  # harness.graphs.precision.tensor_visibility's words
+MODEL_FILE = "margin-2.onnx"  # a new name for each change of how the margin model is made: one made before is not used
 
 
 @dataclass(frozen=True)
