@@ -350,6 +350,8 @@ def search_spec(opts: dict):
                                   "results_dir", "resume", "timeout", "reference", "reference_release", "repeat",
                                   "memory_limit_mb", "range_flags", "margin", "mode", "time_budget")
              if opts.get(k) is not None}
+    if given.get("margin") == "native":  # harness.request.SearchSpec.margin None: on where the CPU is not emulated
+        given["margin"] = None
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)
