@@ -53,6 +53,7 @@ ENV_VERSION = "1.20.0"  # the release whose environment creation is timed
 NAMES = ("probes", "overhead", "byhand", "parallel", "prefetch", "memory", "trace", "backends", "dashboard", "volumes", "scale",
          "margin", "ray")
 NO_ENVS = {"dashboard", "volumes"}  # measurements that need no probe environment (no warm-up)
+OWN_ENVS = {"margin"}  # measurements that install only the releases they probe
 DASH_MODELS, DASH_RECORDS = 20, 25_000
 T_START = time.perf_counter()
 
@@ -456,28 +457,63 @@ class Bench:
                              data=walls))
 
     # -- margin ---------------------------------------------------------------------------------
+    MARGIN_PAIRS = {MODEL: ("1.19.2", "1.20.0"), "gemma-300m-synthetic": ("1.23.2", "1.24.1")}
+    MARGIN_BOUNDS = {MODEL: 1.5, "gemma-300m-synthetic": 1.3}
+
+    def clear_margin_memo(self, model: str) -> None:
+        """What later margins of `model` reuse (harness.models.margin_memo) removed: the next margin reads every row
+        and saves the release's optimized graph, as the first probe of a model and batch does."""
+        from harness.models import registry as models
+
+        for f in (self.cache / "margin" / models.resolve(model, self.cache).digest[:16]).glob("*.json"):
+            f.unlink()
+
     def bench_margin(self):
-        """What the internal fp16 margin costs: the same two-release sweep with and without it, each probe fresh
-        (a new results directory), the two sides interleaved and their order alternated; the probes' own worker
-        seconds (the record's `seconds`) and the sweep's wall."""
-        pair = ("1.19.2", "1.20.0")
-        sides = {"--margin": {"wall": [], "probe": []}, "--no-margin": {"wall": [], "probe": []}}
+        """What the internal fp16 margin costs on the tiny model and on gemma-300m-synthetic (617 MB, the full 20x512
+        batch): the same two-release sweep with and without it, each in a new results directory, the two sides and
+        the two models interleaved and their order alternated; the probes' own worker seconds (the record's
+        `seconds`), the sweep's wall and the workers' peak RSS. The first margin of each model is measured apart,
+        with nothing kept (cold: every row read, the optimized graph saved); the reps reuse what it kept."""
+        sides = {m: {"--margin": {"wall": [], "probe": [], "rss": []}, "--no-margin": {"wall": [], "probe": [], "rss": []}}
+                 for m in self.MARGIN_PAIRS}
+        cold = {}
+
+        def sweep(model: str, flag: str) -> tuple[float, float, float]:
+            pair = self.MARGIN_PAIRS[model]
+            results = self.fresh("margin")
+            wall, doc = self.bisect(["sweep", "--model", model, "--from", pair[0], "--to", pair[1], flag],
+                                    results=results)
+            recs = self.probe_records(results, doc)
+            return (wall, sum(r.get("seconds") or 0 for r in recs),
+                    max((r.get("result") or {}).get("peak_rss_mb") or 0 for r in recs))
+
+        for model in self.MARGIN_PAIRS:  # the environments and the model made (untimed), then the cold margin
+            sweep(model, "--no-margin")
+            self.clear_margin_memo(model)
+            cold[model] = sweep(model, "--margin")
+            say(f"margin cold {model}: {cold[model][0]:.2f} s wall, {cold[model][1]:.2f} s in probes")
         for rep in range(self.reps):
-            for flag in (list(sides) if rep % 2 == 0 else list(sides)[::-1]):
-                results = self.fresh("margin")
-                wall, doc = self.bisect(["sweep", "--model", MODEL, "--from", pair[0], "--to", pair[1], flag],
-                                        results=results)
-                recs = self.probe_records(results, doc)
-                sides[flag]["wall"].append(wall)
-                sides[flag]["probe"].append(sum(r.get("seconds") or 0 for r in recs))
-                say(f"margin rep {rep + 1}/{self.reps}: {flag}: {wall:.2f} s wall, "
-                    f"{sides[flag]['probe'][-1]:.2f} s in probes")
-        probe = med(sides["--margin"]["probe"]) / med(sides["--no-margin"]["probe"])
-        wall = med(sides["--margin"]["wall"]) / med(sides["--no-margin"]["wall"])
-        self.rows.append(Row("margin", f"{MODEL} sweep {pair[0]}..{pair[1]}: probe seconds with the internal margin / without",
-                             f"{probe:.2f}x (wall {wall:.2f}x)", "(report)", "PASS",
-                             note=f"with {spread(sides['--margin']['probe'])}; without {spread(sides['--no-margin']['probe'])}",
-                             data=sides))
+            for model in (list(self.MARGIN_PAIRS) if rep % 2 == 0 else list(self.MARGIN_PAIRS)[::-1]):
+                for flag in (["--margin", "--no-margin"] if rep % 2 == 0 else ["--no-margin", "--margin"]):
+                    wall, probe, rss = sweep(model, flag)
+                    for k, v in (("wall", wall), ("probe", probe), ("rss", rss)):
+                        sides[model][flag][k].append(v)
+                    say(f"margin rep {rep + 1}/{self.reps}: {model} {flag}: {wall:.2f} s wall, {probe:.2f} s in probes, "
+                        f"worker peak {rss:.0f} MB")
+        for model, pair in self.MARGIN_PAIRS.items():
+            on, off = sides[model]["--margin"], sides[model]["--no-margin"]
+            probe, wall = med(on["probe"]) / med(off["probe"]), med(on["wall"]) / med(off["wall"])
+            bound = self.MARGIN_BOUNDS[model]
+            self.rows.append(Row("margin", f"{model} sweep {pair[0]}..{pair[1]}: probe seconds with the internal "
+                                           "margin / without", f"{probe:.2f}x (wall {wall:.2f}x)", f"<= {bound}x",
+                                 "PASS" if probe <= bound else "MISS",
+                                 note=f"with {spread(on['probe'])}; without {spread(off['probe'])}; the first margin, "
+                                      f"nothing kept: {cold[model][1] / med(off['probe']):.2f}x ({cold[model][1]:.2f} s)",
+                                 data={**sides[model], "cold": cold[model]}))
+            self.rows.append(Row("margin", f"{model}: probe worker peak RSS with the margin / without",
+                                 f"{med(on['rss']):.0f} MB / {med(off['rss']):.0f} MB", "<= 1.25x",
+                                 "PASS" if med(on["rss"]) <= 1.25 * med(off["rss"]) else "MISS",
+                                 note=f"the first margin, nothing kept: {cold[model][2]:.0f} MB"))
 
     # -- 6. memory ---------------------------------------------------------------------------------
     def bench_memory(self):
@@ -829,7 +865,7 @@ def main(argv=None) -> int:
     say(f"benchmarks {', '.join(only)}; bench cache {bench.cache}; scratch {bench.tmp}")
     failures = {}
     try:
-        if set(only) - NO_ENVS:
+        if set(only) - NO_ENVS - OWN_ENVS:
             bench.warm_up()
         # overhead first: its warm `bisect run`s also give the real probe count
         for name in ("overhead", "probes", "parallel", "memory", "prefetch", "trace", "backends", "byhand",

@@ -61,11 +61,13 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
     runner.provision(log)
     store = open_store(spec, req, command)
     timeout = spec.timeout
+    emulated = runner.emulates(runner.target.arch)
     if timeout is None:
         weights = sum(p.stat().st_size for p in (pi.model.path, *pi.model.data_files))
-        timeout = default_timeout(weights, runner.emulates(runner.target.arch))
+        timeout = default_timeout(weights, emulated)
+    margin = spec.margin if spec.margin is not None else not emulated
     job = ProbeJob(pi.model.path, pi.batch, pi.outputs, spec.session_options, timeout, spec.repeat,
-                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir) if spec.margin else None,
+                   spec.memory_limit_mb, margin_job(pi.model, spec.cache_dir, pi.batch_digest) if margin else None,
                    timing_job(spec, req))
     return Plan(runner, req.releases, store, job, req.predicate, reference, pi)
 
@@ -120,21 +122,22 @@ def open_store(spec: SearchSpec, req: request.Request, command: list[str] | None
     return RunStore.open(spec.results_dir, run_id, key, info, command or sys.argv)
 
 
-def margin_job(resolved, cache_dir: Path) -> MarginJob | None:
+def margin_job(resolved, cache_dir: Path, batch_digest: str = "") -> MarginJob | None:
     """The internal fp16 margin of the model's probes (harness.graphs.margin): its margin model, made once into
-    the cache; None for a model with no fp16 arithmetic."""
+    the cache, beside what later probes reuse (harness.models.margin_memo); None for a model with no fp16
+    arithmetic."""
     import onnx
 
-    from harness.graphs.margin import margin_model, watched
+    from harness.graphs.margin import MODEL_FILE, margin_model, watched
 
     what = watched(onnx.load(str(resolved.path), load_external_data=False))
     if what is None:
         return None
     dest = Path(cache_dir) / "margin" / resolved.digest[:16]
-    made = dest / "margin.onnx"
+    made = dest / MODEL_FILE
     if not made.exists():
         made = margin_model(resolved.path, dest, what)
-    return MarginJob(made, what)
+    return MarginJob(made, what, dest, resolved.digest, batch_digest)
 
 
 def plan_for_release(spec: SearchSpec, version: str, command: list[str] | None = None, log: Log = quiet) -> Plan:

@@ -95,6 +95,9 @@ class MarginJob:
 
     model: Path
     watched: Watched
+    memo_dir: Path | None = None  # where what later probes reuse is kept (harness.models.margin_memo); None: nothing
+    model_digest: str = ""
+    batch_digest: str = ""
 
 
 class Observer(Protocol):
@@ -327,6 +330,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         return {**record, "status": "skip", "reason": str(exc), "seconds": time.perf_counter() - t0,
                 "finished": _now()}
     providers, asked = runner.package.providers_request(), runner.package.provider
+    # what the release holds in fp16, kept from an earlier probe: no optimized graph to save then
+    held_key = _held_key(runner, release, job, providers)
+    held_as = _read_held(job, held_key)
     request = {
         "model": str(job.model),
         "inputs": str(job.inputs),
@@ -343,7 +349,9 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         # (OpenVINO, TensorRT) cannot save one, so only the CPU provider's is asked for
         **({"margin": {"model": str(job.margin.model), "outputs": list(job.margin.watched.outputs),
                        "data_dir": str(Path(job.model).parent),
-                       **({} if providers else {"optimized_path": str(workdir / "optimized" / "optimized.onnx")})}}
+                       **({} if providers or held_as is not None else
+                          {"optimized_path": str(workdir / "optimized" / "optimized.onnx")}),
+                       **_margin_rows(job.margin, held_as)}}
            if job.margin else {}),
     }
     if job.margin:
@@ -376,7 +384,7 @@ def run_probe(runner: Runner, release: Release, job: ProbeJob, workdir: Path, ou
         finished=_now(),
     )
     if job.margin is not None and status != "skip":
-        record["margin"] = _margin(job, out.result, workdir / "optimized" / "optimized.onnx")
+        record["margin"] = _margin(job, out.result, workdir / "optimized" / "optimized.onnx", held_as, held_key)
     if job.timing is not None and status == "ran":
         record["timing"] = timed_rounds(runner, release, env, job, request, workdir / "timing")
         record["seconds"] += record["timing"].get("seconds") or 0.0
@@ -447,11 +455,50 @@ def timed_rounds(runner: Runner, release: Release, env: Environment, job: ProbeJ
     return doc
 
 
-def _margin(job: ProbeJob, result: dict | None, optimized_path: Path) -> dict:
-    """The probe's internal fp16 margin: what the worker read, counted as the release's optimized graph holds it."""
+def _held_key(runner: Runner, release: Release, job: ProbeJob, providers: list | None) -> dict | None:
+    """The key of what `release` holds in fp16 of the model (harness.models.margin_memo), or None where it is not
+    kept: no margin, no memo, or a provider that compiles nodes (no optimized graph says it)."""
+    if job.margin is None or job.margin.memo_dir is None or providers:
+        return None
+    from harness.models import margin_memo
+
+    return margin_memo.held_key(job.margin.model_digest, release.version, runner.package.name, job.session_options,
+                                providers, runner.provenance())
+
+
+def _read_held(job: ProbeJob, held_key: dict | None) -> dict | None:
+    if held_key is None:
+        return None
+    from harness.models import margin_memo  # onnx comes with it: only a probe that reads a margin imports it
+
+    return margin_memo.read_held(job.margin.memo_dir, held_key, job.margin.watched)
+
+
+def _margin_rows(margin: MarginJob, held_as: dict | None) -> dict:
+    """The rows the margin reads: those that held the hottest tensors' largest |x| when every row was read (under
+    what this release holds, or where that is not known yet, under what each release kept holds); every row, one
+    at a time, where the batch's rows are not known yet."""
+    if margin.memo_dir is None:
+        return {}
+    from harness.graphs.margin import hot_rows
+    from harness.models import margin_memo
+
+    row_of = margin_memo.read_rows(margin.memo_dir, margin.model_digest, margin.batch_digest, margin.watched)
+    if row_of is None:
+        return {"learn_rows": True}
+    known = [held_as] if held_as is not None else [None, *margin_memo.every_held(margin.memo_dir, margin.model_digest,
+                                                                                 margin.watched)]
+    return {"rows": sorted({r for h in known for r in hot_rows(row_of, margin.watched, h)})}
+
+
+def _margin(job: ProbeJob, result: dict | None, optimized_path: Path, held_as: dict | None,
+            held_key: dict | None) -> dict:
+    """The probe's internal fp16 margin: what the worker read, counted as the release holds it (kept, or from the
+    optimized graph it saved, then kept); the rows a read of every row found kept for later probes."""
     import onnx
 
-    from harness.graphs.margin import margin_of
+    from harness.graphs.margin import held, learned_rows, margin_of
+    from harness.models import margin_memo
 
     raw = (result or {}).get("margin")
     if raw is None:
@@ -464,7 +511,19 @@ def _margin(job: ProbeJob, result: dict | None, optimized_path: Path) -> dict:
         except Exception:  # noqa: BLE001 - an unreadable graph only loses the fp16/fp32 split
             return None
 
-    doc = margin_of(raw, job.margin.watched, graph(Path(job.model)), graph(optimized_path))
+    what, memo = job.margin.watched, job.margin.memo_dir
+    if held_as is None:
+        original, optimized = graph(Path(job.model)), graph(optimized_path)
+        if original is not None and optimized is not None:
+            held_as = held(what, original, optimized)
+            if held_key is not None:
+                margin_memo.write_held(memo, held_key, held_as)
+    doc = margin_of(raw, what, held_as)
+    learned = learned_rows(raw, what) if memo is not None and not raw.get("error") else None
+    if learned and type(raw.get("batch_rows")) is int:
+        margin_memo.write_rows(memo, job.margin.model_digest, job.margin.batch_digest, raw["batch_rows"], learned)
+    if isinstance(raw.get("rows"), list) and type(raw.get("batch_rows")) is int:
+        doc["rows"] = {"read": len(raw["rows"]), "of": raw["batch_rows"]}  # the rows that held the hottest before
     if isinstance(raw.get("seconds"), (int, float)):
         doc["seconds"] = round(raw["seconds"], 3)
     return doc

@@ -94,7 +94,9 @@ class SearchSpec:
     package: Package = field(default_factory=Package)  # which onnxruntime build, from where, on which provider
     engines: tuple[str, ...] = ()  # where a backend that takes engines runs probes (addresses, context names)
     ray_address: str | None = None  # a Ray cluster whose nodes run the probes (harness.executors.cluster)
-    margin: bool = False  # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices
+    # each probe reads the internal fp16 margin (harness.graphs.margin): sweeps, matrices; None: on, except on an
+    # emulated CPU (QEMU), where its second session costs more than the probe's own run
+    margin: bool | None = False
     mode: str = "regression"  # which end is good: a slowdown's baseline (without --reference-release)
     time_budget: float = 60.0  # seconds a timed probe (slower, rss) may spend measuring against its baseline
 

@@ -217,7 +217,7 @@ probe_options = compose(
                       "before an interval that straddles the bound is called inconclusive."),
     click.option("--margin/--no-margin", default=None,
                  help="Read the largest |x| of the model's hottest fp16 tensors in each probe, in a second session "
-                      "(default: on for sweep, off for run)."),
+                      "(default: on for sweep, except under QEMU; off for run)."),
     json_option,
 )
 
@@ -366,6 +366,8 @@ def search_spec(opts: dict):
                                   "memory_limit_mb", "range_flags", "margin", "mode", "time_budget",
                                   "ray_address")
              if opts.get(k) is not None}
+    if given.get("margin") == "native":  # harness.request.SearchSpec.margin None: on where the CPU is not emulated
+        given["margin"] = None
     if opts.get("bad_if"):
         bad_if = opts["bad_if"]
         given["bad_if"] = bad_if if isinstance(bad_if, str) else ",".join(bad_if)

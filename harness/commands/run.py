@@ -61,8 +61,9 @@ def search_and_render(opts: dict, sweep: bool) -> int:
     from harness.vocabulary import canonical_arch
 
     opts, reduced = on_reduced(opts)
-    if opts.get("margin") is None:  # a sweep feeds the nightly page and drift; a bisection wants few, quick probes
-        opts["margin"] = sweep
+    if opts.get("margin") is None:  # a bisection wants few, quick probes
+        # a sweep feeds the nightly page and drift: on, except under emulation (the plan decides: "native")
+        opts["margin"] = "native" if sweep else False
     if reduced:
         err.print(escape(f"Running {reduced}."))
     archs = [canonical_arch(a) for a in opts["arch"].split(",") if a.strip()]

@@ -10,9 +10,13 @@ tipped one Add past fp16's ceiling. The outputs (fp32 embeddings) never show tha
   than as a rounded Inf. The probe runs it in a second session after the verdict's, on the same batch: the
   verdict is never taken from a modified model.
 * What counts (`margin_of`): only the tensors the release really holds in fp16, as its own optimized graph of
-  the unmodified model shows (harness.graphs.precision.tensor_visibility: the tensor exists under its own name).
-  One that onnxruntime keeps only as an fp32 island copy is measured against no ceiling: said to be in fp32,
-  with its size beside.
+  the unmodified model shows (`held`: harness.graphs.precision.tensor_visibility, the tensor exists under its own
+  name). One that onnxruntime keeps only as an fp32 island copy is measured against no ceiling: said to be in
+  fp32, with its size beside. What a release holds is a fact of the release and the model, not of the batch: it
+  is kept (harness.models.margin_memo) and checked here (`held_from_json`) when read back.
+* Which rows (`hot_rows`): the largest |x| of the hottest tensors is held by few rows of a batch; once a probe
+  has read the batch one row at a time (`row_of`), later probes read only those rows (and any the verdict's
+  outputs show NaN or Inf in), not the whole batch again.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ from harness.metrics import FP16_MAX
 PREFIX = "ortbisect_margin"
 LIMIT = 512  # tensors watched at most: three small nodes each
 ARITHMETIC = ("Add", "Mul", "MatMul")
+HOT = 1  # the hottest tensors (held in fp16, and apart, in fp32) whose rows a margin on chosen rows reads
+HELD = ("seen", "observed-only")  # harness.graphs.precision.tensor_visibility's words
+MODEL_FILE = "margin-2.onnx"  # a new name for each change of how the margin model is made: one made before is not used
 
 
 @dataclass(frozen=True)
@@ -90,33 +97,94 @@ def margin_model(model_path: Path, dest: Path, what: Watched) -> Path:
     tensor's largest |x| in fp32 (a scalar each)."""
     model = onnx.load(str(model_path), load_external_data=False)
     g = model.graph
+    made_at = {o: i for i, n in enumerate(g.node) for o in n.output}
+    reads = {}
     for k, name in enumerate(what.tensors):
         p = what.output(k)
-        g.node.extend([
+        reads[name] = [
             helper.make_node("Cast", [name], [f"{p}/f32"], name=f"{p}/Cast", to=TensorProto.FLOAT),
             helper.make_node("Abs", [f"{p}/f32"], [f"{p}/abs"], name=f"{p}/Abs"),
             helper.make_node("ReduceMax", [f"{p}/abs"], [p], name=f"{p}/ReduceMax", keepdims=0),
-        ])
+        ]
+    # onnxruntime orders a graph by a depth-first walk back from its last nodes first: the reads of the latest
+    # tensors go first here, so that each tensor is read (and let go) as soon as it is made. In graph order, every
+    # watched tensor stayed alive to the end of the run: 19 GB for gemma-300m-synthetic's 20x512 batch.
+    for name in sorted(reads, key=lambda t: -made_at.get(t, -1)):
+        g.node.extend(reads[name])
     del g.output[:]
     g.output.extend(helper.make_tensor_value_info(p, TensorProto.FLOAT, []) for p in what.outputs)
     dest.mkdir(parents=True, exist_ok=True)
-    out = dest / "margin.onnx"
+    out = dest / MODEL_FILE
     tmp = dest / f".margin.{os.getpid()}.tmp"  # whole or absent: two runs may make it at once
     tmp.write_bytes(model.SerializeToString())
     os.replace(tmp, out)
     return out
 
 
-def margin_of(raw: dict | None, what: Watched, original: onnx.ModelProto | None,
-              optimized: onnx.ModelProto | None) -> dict:
+def held(what: Watched, original: onnx.ModelProto, optimized: onnx.ModelProto) -> dict[str, str]:
+    """Per watched tensor: "seen" (the release holds it under its own name: in its declared fp16) or
+    "observed-only" (only an fp32 island copy), from the release's optimized graph of the unmodified model."""
+    visible = precision.tensor_visibility(original, optimized)
+    return {t: "seen" if visible.get(t) == "seen" else "observed-only" for t in what.tensors}
+
+
+def held_from_json(doc: object, what: Watched) -> dict[str, str] | None:
+    """A kept `held` read back (untrusted): exactly the watched tensors, each "seen" or "observed-only"; else None."""
+    if not isinstance(doc, dict) or set(doc) != set(what.tensors):
+        return None
+    if not all(isinstance(v, str) and v in HELD for v in doc.values()):
+        return None
+    return dict(doc)
+
+
+def rows_from_json(doc: object, what: Watched, rows: int) -> dict[str, tuple[int, float]] | None:
+    """A kept `row_of` read back (untrusted): {watched tensor: [row, largest |x| (null: not finite)]} with each row
+    inside the batch's `rows`; else None."""
+    if not isinstance(doc, dict) or not doc or not set(doc) <= set(what.tensors):
+        return None
+    out = {}
+    for tensor, pair in doc.items():
+        if not (isinstance(pair, list) and len(pair) == 2 and type(pair[0]) is int and 0 <= pair[0] < rows):
+            return None
+        v = pair[1]
+        if v is not None and not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                                  and v >= 0):
+            return None
+        out[tensor] = (pair[0], math.inf if v is None else float(v))
+    return out
+
+
+def learned_rows(raw: dict, what: Watched) -> dict[str, list] | None:
+    """What a margin read one row at a time says (its `row_of`), as kept: {tensor: [row, largest |x| or None]}."""
+    row_of, values = raw.get("row_of"), raw.get("values")
+    if not isinstance(row_of, dict) or not isinstance(values, dict):
+        return None
+    nonfinite = set(raw.get("nonfinite") or ())
+    out = {}
+    for k, tensor in enumerate(what.tensors):
+        r, v = row_of.get(what.output(k)), values.get(what.output(k))
+        if type(r) is int and (what.output(k) in nonfinite or isinstance(v, (int, float))):
+            out[tensor] = [r, None if what.output(k) in nonfinite else float(v)]
+    return out or None
+
+
+def hot_rows(row_of: dict[str, tuple[int, float]], what: Watched, held_as: dict[str, str] | None) -> list[int]:
+    """The rows that held the largest |x| of the HOT hottest tensors held in fp16 and of the HOT hottest held in
+    fp32 (`held_as` None: of the HOT hottest of all), by what a read of every row found."""
+    order = {t: k for k, t in enumerate(what.tensors)}
+    ranked = sorted(row_of, key=lambda t: (-row_of[t][1], order[t]))
+    groups = [ranked] if held_as is None else [[t for t in ranked if held_as.get(t) == h] for h in HELD]
+    return sorted({row_of[t][0] for group in groups for t in group[:HOT]})
+
+
+def margin_of(raw: dict | None, what: Watched, held_as: dict[str, str] | None) -> dict:
     """The margin of one probe from what its worker read (`raw`: {"values": {output: max|x| or None},
-    "nonfinite": [outputs]}) and the release's optimized graph of the unmodified model (None: every watched
-    tensor is counted as fp16, and said)."""
+    "nonfinite": [outputs]}) and what the release holds in fp16 (`held_as`, from `held`; None: every watched tensor is counted
+    as fp16, and said)."""
     if not raw or raw.get("error"):
         return {"error": (raw or {}).get("error") or "the margin was not read", "source": what.source}
     values = raw.get("values") if isinstance(raw.get("values"), dict) else {}
     nonfinite = set(raw.get("nonfinite") or ())
-    visible = precision.tensor_visibility(original, optimized) if original is not None and optimized is not None else None
     fp16, fp32 = [], []
     for k, tensor in enumerate(what.tensors):
         out = what.output(k)
@@ -124,10 +192,10 @@ def margin_of(raw: dict | None, what: Watched, original: onnx.ModelProto | None,
         if not isinstance(v, (int, float)):
             continue
         # ties (two Infs) go to the earlier tensor: where the overflow starts
-        (fp16 if visible is None or visible.get(tensor) == "seen" else fp32).append((float(v) / FP16_MAX, -k, tensor))
+        (fp16 if held_as is None or held_as.get(tensor) == "seen" else fp32).append((float(v) / FP16_MAX, -k, tensor))
     doc = {"ceiling": FP16_MAX, "source": what.source, "watched": len(what.tensors),
            "held_in_fp16": len(fp16), "held_in_fp32": len(fp32),
-           "precision": "unknown: every watched tensor counted as fp16" if visible is None else
+           "precision": "unknown: every watched tensor counted as fp16" if held_as is None else
            "from the release's optimized graph"}
     if fp16:
         top, _, tensor = max(fp16)

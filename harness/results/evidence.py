@@ -51,7 +51,7 @@ RECORD_FIELDS: dict[str, tuple[type, ...]] = {
 MARGIN_FIELDS: dict[str, tuple[type, ...]] = {  # harness.graphs.margin.margin_of
     "fraction": (*_NUMBER, _NONE), "tensor": (str, _NONE), "overflowed": (bool,), "ceiling": _NUMBER,
     "source": (str,), "watched": (int,), "held_in_fp16": (int,), "held_in_fp32": (int,), "precision": (str,),
-    "fp32_hottest": (dict,), "seconds": _NUMBER, "error": (str,),
+    "fp32_hottest": (dict,), "seconds": _NUMBER, "error": (str,), "rows": (dict,),
 }
 TIMING_FIELDS: dict[str, tuple[type, ...]] = {  # harness.probe.timed_rounds (rounds read by metrics.timing_summary)
     "baseline": (str,), "rounds": (list,), "threads": (int, _NONE), "pinned_cpu": (int, _NONE), "warmup": (int,),
