@@ -159,7 +159,10 @@ def _probe_task(probe, spec: RunnerSpec, release, job, shipped: list[Shipped], p
     cache = node_cache()
     folder = _materialize(cache, shipped)
     local = {role: folder / rel for role, rel in paths.items()}
-    margin = job.margin and dataclasses.replace(job.margin, model=local["margin"])
+    # what later probes reuse of the margin is kept in this node's own cache, laid out as the driver's is
+    margin = job.margin and dataclasses.replace(
+        job.margin, model=local["margin"],
+        memo_dir=job.margin.memo_dir and cache / "margin" / job.margin.model_digest[:16])
     job = dataclasses.replace(job, model=local["model"], inputs=local["inputs"], margin=margin)
     runner = _node_runner(spec, cache)
     with tempfile.TemporaryDirectory(prefix=f"ortbisect-{release.version}-") as scratch:
