@@ -7,9 +7,12 @@ writes `running-PID` there just before the model runs and waits for `go-PID`
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from harness.probe import HOLD_DIR_ENV
@@ -63,3 +66,28 @@ def foreground(argv: list[str]) -> list[str]:
     background jobs), so without this a test's Ctrl-C would never arrive."""
     return [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
             "os.execv(sys.argv[1], sys.argv[1:])", *argv]
+
+
+def interrupted(argv: list[str], gate: WorkerGate, held: Callable[[subprocess.Popen], None], timeout: float = 60,
+                **popen) -> tuple[int, str]:
+    """`argv` run as a terminal's foreground job under `gate`, sent SIGINT (Ctrl-C) once `held(proc)` returns
+    (it holds a probe inside its worker): the exit status and stderr. A harness still running `timeout` s after
+    Ctrl-C fails the test with every thread's stack (SIGUSR1); the gate is opened and the process ended whatever
+    happens."""
+    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "COLUMNS": "200", **gate.env}, **popen)
+    try:
+        held(proc)
+        proc.send_signal(signal.SIGINT)
+        try:
+            _, stderr = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr: where it hangs
+            time.sleep(2)
+            proc.kill()
+            raise AssertionError(f"the harness did not end {timeout} s after Ctrl-C:\n"
+                                 f"{proc.communicate()[1][-8000:]}") from None
+    finally:
+        gate.open()
+        proc.kill()
+    return proc.returncode, stderr

@@ -7,7 +7,6 @@ import json
 import os
 import platform
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -18,7 +17,7 @@ import inproc
 import jsonschema
 import numpy as np
 import pytest
-from gates import WorkerGate, foreground, wait_for
+from gates import WorkerGate, interrupted, wait_for
 
 from harness.errors import UsageError
 from harness.nightly import cells as cells_mod
@@ -666,19 +665,15 @@ def test_matrix_run_shows_its_cells_and_probes_as_it_goes_and_ctrl_c_says_how_to
     argv = [sys.executable, "-c", ENTRY, "matrix", "run", str(path), "--cache-dir", str(cache_dir),
             "--results-dir", str(results)]
     gate = WorkerGate(tmp_path / "gate")
-    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                            env={**os.environ, "COLUMNS": "200", **gate.env})
-    try:
+
+    def second_held(proc):
         gate.let_go(gate.next_running(proc))
         gate.next_running(proc)  # the second probe, held inside its worker
         wait_for(lambda: any(len(p.read_text().splitlines()) == 1 for p in results.rglob("probes.jsonl")),
                  "the first probe to be recorded")
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=120)
-    finally:
-        gate.open()
-        proc.kill()
-    assert proc.returncode == 130, stderr
+
+    status, stderr = interrupted(argv, gate, second_held, timeout=120, cwd=ROOT)
+    assert status == 130, stderr
     assert "Traceback" not in stderr
     assert re.search(r"^cell 0 \(1 of 2; 0 s elapsed\): ", stderr, re.M), stderr
     starts = re.findall(r"^  \[0\] probing (\S+) \(probe (\d) of at most (\d); (.*)\)$", stderr, re.M)

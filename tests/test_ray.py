@@ -8,6 +8,7 @@ the test cache's environments (ORTBISECT_NODE_CACHE).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -183,10 +184,13 @@ def test_a_target_no_node_runs_is_refused_in_one_line_before_any_probe(bisect, h
     assert not bisect.results_dir.exists() or not list(bisect.results_dir.glob("*/probes.jsonl"))
 
 
-def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_what_finished(bisect, head):
+@contextlib.contextmanager
+def _sweeping(bisect, address: str, *args: str):
+    """The sweep of SWEPT on the cluster at `address` in a process of its own, handed over once its first record
+    is on disk (its tasks are running); ended whatever the test does with it."""
     results = bisect.results_dir
     argv = [sys.executable, "-m", "harness.cli", "sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0",
-            "--to", "1.21.1", "--offline", "--ray-address", head, "--cache-dir", str(bisect.cache_dir),
+            "--to", "1.21.1", "--offline", "--ray-address", address, *args, "--cache-dir", str(bisect.cache_dir),
             "--results-dir", str(results)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "COLUMNS": "200"})
@@ -196,13 +200,19 @@ def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_what_finished(bisect, head
             if any(results.glob("*/probes.jsonl")) and _records(results):
                 break
             time.sleep(0.1)
-        assert proc.poll() is None, "the sweep ended before it could be interrupted"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        assert proc.poll() is None, "the sweep ended before its first record could be acted on"
+        yield proc
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+
+
+def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_what_finished(bisect, head):
+    results = bisect.results_dir
+    with _sweeping(bisect, head) as proc:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
     recs = _records(results)
     kept = [r["version"] for r in recs]
@@ -243,25 +253,10 @@ def test_a_worker_killed_mid_sweep_loses_no_release(bisect, cluster, ray_env):
     """The labelled x86_64 worker is killed while the sweep's tasks run: Ray retries its task on the head,
     and every release lands once, as a probe that ran."""
     results = bisect.results_dir
-    argv = [sys.executable, "-m", "harness.cli", "sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0",
-            "--to", "1.21.1", "--offline", "--ray-address", cluster.address, "-j", "2", "--json",
-            "--cache-dir", str(bisect.cache_dir), "--results-dir", str(results)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200"})
-    try:
-        deadline = time.time() + 300
-        # the first record is on disk: the sweep's tasks are running on both nodes
-        while time.time() < deadline and proc.poll() is None:
-            if any(results.glob("*/probes.jsonl")) and _records(results):
-                break
-            time.sleep(0.1)
-        assert proc.poll() is None, "the sweep ended before a node could be killed"
+    # the first record is on disk: the sweep's tasks are running on both nodes
+    with _sweeping(bisect, cluster.address, "-j", "2", "--json") as proc:
         cluster.kill("x86")
         out, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
     print(err)
     assert proc.returncode == 0, err[-3000:]
     recs = _records(results)

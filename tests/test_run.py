@@ -15,7 +15,7 @@ from pathlib import Path
 import builders
 import numpy as np
 import pytest
-from gates import WorkerGate, foreground, wait_for
+from gates import WorkerGate, foreground, interrupted, wait_for
 
 from harness.driver import Driver
 from harness.probe import ProbeJob
@@ -128,26 +128,18 @@ def test_interrupted_run_resumes_without_repeating_a_probe(cache_dir, tmp_path):
             "--from", "1.19.0", "--to", "1.21.1", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "res"),
             "--json"]
     gate = WorkerGate(tmp_path / "gate")
-    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, **gate.env})
-    try:
+
+    def third_held(proc):
         for _ in range(2):
             gate.let_go(gate.next_running(proc))
         gate.next_running(proc)  # the third worker is inside its probe, held before run()
         (probes,) = (tmp_path / "res").rglob("probes.jsonl")
         wait_for(lambda: len(probes.read_text().splitlines()) == 2, "the first two probes to be recorded")
-        proc.send_signal(signal.SIGINT)
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGUSR1)  # every thread's stack, on stderr: where it hangs
-            time.sleep(2)
-            proc.kill()
-            raise AssertionError(f"the harness did not end 60 s after Ctrl-C:\n{proc.communicate()[1][-8000:]}")
-    finally:
-        proc.kill()
-    assert proc.returncode == 130, stderr
+
+    status, stderr = interrupted(argv, gate, third_held)
+    assert status == 130, stderr
     assert "interrupted" in stderr and "Traceback" not in stderr
+    (probes,) = (tmp_path / "res").rglob("probes.jsonl")
     before = [json.loads(x)["version"] for x in probes.read_text().splitlines()]
     assert len(before) == 2, before
 
@@ -357,16 +349,8 @@ def test_ctrl_c_in_reduce_or_blame_says_what_is_saved_and_how_to_go_on(bisect, r
     run_dir = bisect.results_dir / r.json()["run_id"]
     argv = [sys.executable, "-m", "harness.cli", command, str(run_dir), "--cache-dir", str(bisect.cache_dir)]
     gate = WorkerGate(tmp_path / "gate")
-    proc = subprocess.Popen(foreground(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "COLUMNS": "200", **gate.env})
-    try:
-        gate.next_running(proc)  # its first probe, held inside the worker
-        proc.send_signal(signal.SIGINT)
-        _, stderr = proc.communicate(timeout=60)
-    finally:
-        gate.open()
-        proc.kill()
-    assert proc.returncode == 130, stderr
+    status, stderr = interrupted(argv, gate, gate.next_running)  # its first probe, held inside the worker
+    assert status == 130, stderr
     assert "Traceback" not in stderr, stderr
     (said,) = [x for x in stderr.splitlines() if x.startswith("interrupted")]
     assert said == (f"interrupted: the finished probes are saved in {run_dir / kept}; run the same command again "
