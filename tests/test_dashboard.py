@@ -629,3 +629,55 @@ def test_changes_are_one_line_when_nothing_changed(browser, tmp_path):
 ])
 def test_numbers_are_said_for_people(x, unit, said):
     assert numbers.human(x, unit) == said
+
+
+# -- commands on the page ---------------------------------------------------------------------------------
+
+# each text node under a command's element, character by character: where a line starts again (a character lower
+# than the one before it) with no space between them, the command was broken inside a word
+BROKEN_COMMANDS_JS = """(() => {
+  const out = [];
+  let n = 0;
+  for (const code of document.querySelectorAll('code')) {
+    if (!code.checkVisibility()) continue;
+    n++;
+    let top = null, space = false;
+    const walk = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      for (let i = 0; i < t.length; i++) {
+        if (/\\s/.test(t.data[i])) { space = true; continue; }
+        const range = document.createRange();
+        range.setStart(t, i); range.setEnd(t, i + 1);
+        const r = range.getClientRects()[0];
+        if (!r) continue;
+        if (top !== null && r.top > top + 2 && !space) out.push([code.textContent, t.data.slice(0, i + 1)]);
+        top = r.top; space = false;
+      }
+    }
+  }
+  return [n, out];
+})()"""
+
+
+def test_every_command_on_the_page_breaks_between_words_only(v3_site):
+    """A command (`bisect report RUN` where a row has no report yet) is its words, each unbreakable: the page's
+    lines never cut one inside a word ("bisect repo|rt"); the style says so."""
+    text = (v3_site / "index.html").read_text()
+    codes = re.findall(r"<code[^>]*>(.*?)</code>", text, re.S)
+    assert len(codes) > 3 and all('class="cmd"' in c for c in re.findall(r"<code[^>]*>", text)), codes[:3]
+    said = 'no report yet: <code class="cmd"><span class="w">bisect</span> <span class="w">report</span> <span class="w">'
+    assert said in text
+    css = (Path(dashboard.__file__).parent / "templates" / "dashboard.css").read_text()
+    assert "break-all" not in css and "code.cmd .w{white-space:nowrap}" in css
+
+
+def test_in_chromium_no_command_is_broken_inside_a_word(browser, v3_site):
+    for width, height in V3_SCREENS:
+        browser.viewport(width, height)
+        check_page(browser, v3_site / "index.html")
+        n, broken = browser.eval(BROKEN_COMMANDS_JS)
+        assert n >= 5 and broken == [], (width, broken[:5])
+        if width == 1400:  # the run ids widen their column, yet the 25 releases still fit
+            fits = browser.eval('(() => { const s = document.querySelector("#overview .scroll");'
+                                ' return [s.scrollWidth, s.clientWidth]; })()')
+            assert fits[0] <= fits[1], fits

@@ -34,6 +34,7 @@ The page is drawn by Jinja2 from the templates in harness/report/templates (auto
 comes from results is text). It reads at 1400 px (25 releases fit beside the row's label, boundary and numbers, the
 release headers upright) and at 390 px (each row a card: its label, boundary, then its verdicts newest first).
 Rows are labelled by the question they answer (page_lines); numbers are said by harness.report.numbers.human.
+A command is drawn word by word (escape.sh_words, the template's `command`): a line breaks between its words only.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from markupsafe import Markup
 
 from harness.errors import HarnessError, UsageError
 from harness.metrics import cosine_text
-from harness.report.escape import sh_line
+from harness.report.escape import sh_words
 from harness.report.numbers import human
 from harness.report.overview import (
     MARGIN_THRESHOLD,
@@ -401,7 +402,7 @@ def _grid(lines: list[Line], threshold: float) -> dict:
         summary = (base + CELLS + "/" + r.summary["cell"]["key"] + ".json"
                    if r.summary and r.summary.get("cell", {}).get("key") else None)
         out.append({"row": r, "label": line.label, "same_as": [x.run_id for x in line.same_as], "report": report,
-                    "no_report": sh_line(["bisect", "report", r.run_id]),
+                    "no_report": sh_words(["bisect", "report", r.run_id]),
                     "cells": [_cell(v, r.cells.get(v), r, len(versions) - i, report) for i, v in enumerate(versions)],
                     "measures": _measures(r, versions, threshold),
                     "links": [("probes", base + PROBES), ("manifest", base + MANIFEST)]
