@@ -681,3 +681,49 @@ def test_in_chromium_no_command_is_broken_inside_a_word(browser, v3_site):
             fits = browser.eval('(() => { const s = document.querySelector("#overview .scroll");'
                                 ' return [s.scrollWidth, s.clientWidth]; })()')
             assert fits[0] <= fits[1], fits
+
+
+# -- runs that are no search: listed apart, never a row of the grid -----------------------------------------
+
+def _triage_run(root: Path, run_id: str, kind: str, records: list[dict], doc: dict | None = None) -> Path:
+    """A run as `bisect repeat` or `bisect options` leaves it: its key's `triage`, its tagged probes, its document."""
+    d = make_run(root, run_id, "fused", {**_key("f" * 64, "x86_64"), "triage": kind, "version": "1.20.0"}, records)
+    if doc is not None:
+        (d / f"{kind}.json").write_text(json.dumps(doc))
+    return d
+
+
+def _sha(rec: dict, sha: str) -> dict:
+    rec["result"]["outputs"][0].update(name="y", sha256=sha)
+    return rec
+
+
+def test_a_repeat_or_options_run_is_no_row_but_listed_apart_with_its_answer(tmp_path):
+    root = tmp_path / "results"
+    synthetic(root)
+    _triage_run(root, "fused-repeat-1", "repeat",
+                [{**_sha(_rec("1.20.0", 7, f"2025-01-04T03:0{i}:00Z", "x86_64"), "ab" * 32), "series": "s1",
+                  "repeat_index": i} for i in range(5)], {"kind": "repeat", "n": 5})
+    _triage_run(root, "fused-repeat-2", "repeat",
+                [{**_sha(_rec("1.20.0", 0, f"2025-01-04T03:0{i}:00Z", "x86_64"), "cd" * 32 if i else "ef" * 32),
+                  "series": "s2", "repeat_index": i} for i in range(3)])
+    combos = [(f"level={lv},mode=sequential,threads=1,switch=none", nan) for lv, nan in
+              (("disable", 0), ("basic", 7), ("extended", 7), ("all", 7))]
+    _triage_run(root, "fused-options-1", "options",
+                [{**_rec("1.20.0", nan, "2025-01-04T04:00:00Z", "x86_64"), "combo_id": c} for c, nan in combos],
+                {"kind": "options", "predicate": "nan-or-inf"})
+    site = tmp_path / "site"
+    text = dashboard.build(root, site).read_text()
+    grid = json.loads((site / "dashboard.json").read_text())
+    assert sorted(grid) == ["decomposed-aarch64-1/nan-or-inf", "fused-x86_64-1/nan-or-inf"]  # no row of theirs
+    assert re.findall(r'<tr class="row" data-run="([^"]+)"', text) == ["decomposed-aarch64-1", "fused-x86_64-1"]
+    listed = {run: html.unescape(re.sub(r"<[^>]+>", " ", body)) for run, body in
+              re.findall(r'<tr class="probed" data-run="([^"]+)"[^>]*>(.*?)</tr>', text, re.S)}
+    assert sorted(listed) == ["fused-options-1", "fused-repeat-1", "fused-repeat-2"]
+    assert "same bits in 5 of 5 runs" in listed["fused-repeat-1"] and "NaN rows 7 of 20" in listed["fused-repeat-1"]
+    assert "nondeterministic: 2 different outputs in 3 runs" in listed["fused-repeat-2"]
+    assert "3 of 4 combinations bad (1 good); bad if nan-or-inf" in listed["fused-options-1"]
+    assert all("no boundary" not in body for body in listed.values())
+    for href in re.findall(r'href="(data/fused-(?:repeat|options)[^"]+)"', text):
+        assert (site / urllib.request.url2pathname(href)).is_file(), href
+    assert 'href="data/fused-repeat-1/repeat.json"' in text and 'href="data/fused-options-1/options.json"' in text

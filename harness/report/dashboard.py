@@ -26,6 +26,8 @@ What is on the page (the data comes from harness.report.overview):
 * "Package and provider divergence": per `bisect compare --from --to`, a row per
   pair and a cell per release, the pair's max |diff| from the reference in the
   verdict colours (agrees: good, diverges: bad, not compared: skip).
+* "Runs that are no search": each repeat, options matrix and compare pair's run (overview.Probed), with
+  its answer and links to its files; none is a row of the grid.
 * Per model: explanations of the boundaries, the fp16 headroom of traces
   (matplotlib, where `bisect trace` saved any), when each verdict first appeared,
   and the probes that were not judged good or bad.
@@ -62,6 +64,7 @@ from harness.report.overview import (
     MARGIN_THRESHOLD,
     Changes,
     Divergence,
+    Probed,
     Row,
     changes,
     close_to_ceiling,
@@ -459,6 +462,21 @@ def _copy_divergences(divs: list[Divergence], site: Path) -> None:
         copy_into(dv.run_dir, site / "data" / dv.run_id, [MANIFEST, f"{COMPARE}.json"], site)
 
 
+PROBED_WORDS = {"repeat": "bisect repeat", "options": "bisect options", "compare": "a pair of bisect compare"}
+
+
+def _probed(others: list[Probed]) -> list[dict]:
+    """"Runs that are no search": per run, what made it, its releases, its answer and its files (data/<run>/)."""
+    return [{"p": p, "what": PROBED_WORDS.get(p.kind, p.kind),
+             "links": [(name, f"data/{p.run_id}/{name}") for name in p.files]}
+            for p in sorted(others, key=lambda p: (p.model, p.kind, p.run_id))]
+
+
+def _copy_probed(others: list[Probed], site: Path) -> None:
+    for p in others:
+        copy_into(p.run_dir, site / "data" / p.run_id, list(p.files), site)
+
+
 def _model_sections(rows: list[Row]) -> list[dict]:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
@@ -481,7 +499,7 @@ def _model_sections(rows: list[Row]) -> list[dict]:
 
 def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
            runs: list[tuple[str, str]] | None = None, divs: list[Divergence] = (),
-           threshold: float = MARGIN_THRESHOLD) -> str:
+           threshold: float = MARGIN_THRESHOLD, others: list[Probed] = ()) -> str:
     runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
     ch = changes(rows, runs) if ch is None else ch
     lines = page_lines(rows)
@@ -494,6 +512,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
         left_out=[(left_out_label(p), why) for p, why in left_out], left_out_words=left_out_words(list(left_out)),
         changes=_changes(ch, lines), grid=_grid(lines, threshold) if rows else None, threshold=threshold,
         history=history_chart(per_night), divergences=_divergence(list(divs)), models=_model_sections(rows),
+        probed=_probed(list(others)),
         symbols=SYMBOLS, question_words=question_words)
 
 
@@ -517,7 +536,8 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
     site = Path(out).resolve()
     try:
         mark_site(site)  # before the runs are searched
-        rows = collect(root, warn, left_out)
+        others: list[Probed] = []
+        rows = collect(root, warn, left_out, others)
         if any(r.headroom for r in rows):
             try:
                 import matplotlib  # noqa: F401
@@ -527,10 +547,11 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
         copy_raw(rows, site)
         divs = divergences(root, warn, left_out)
         _copy_divergences(divs, site)
+        _copy_probed(others, site)
         runs = runs_of(t for r in rows for _, t, _ in r.judged)
         ch = changes(rows, runs)
         page = Path(out) / "index.html"
-        write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold).encode("utf-8"))
+        write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold, others).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                         "last_good": r.last_good, "mode": r.mode,
                         **({"last_bad": r.last_bad, "first_good": r.first_good} if r.mode == "fix" else {}),
