@@ -246,8 +246,8 @@ def question_words(r: Row) -> str:
 def _asked_span(r: Row) -> str:
     """"regression 1.19.0..1.30.0": the mode and range the row's question was asked over (its run document's, else
     the releases it holds)."""
-    if r.span:
-        return r.span
+    if r.span or r.asked:
+        return r.span or r.asked
     if r.summary:
         _, first, last = span_of(r.summary)
         if first and last:

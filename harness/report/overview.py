@@ -25,6 +25,10 @@ probes and make no row of the grid.
 `collect` hands it to `others` as a `Probed`, with its answer said from its own records (a repeat: whether every
 run gave the same bits; options: how many combinations were bad under its predicate), listed apart.
 
+Within a run, the questions of one predicate and reference that found the same boundary (a regression asked
+again over another range, a sweep of the range, a fix asked over it that found it is a regression) answer one
+question: they are one row, over their ranges together.
+
 `changes` compares the newest run of the nightly with the state before it:
 records are grouped into runs by their `finished` times (a gap of more than
 RUN_GAP between two probes starts a new run), and the verdicts as of the
@@ -99,8 +103,10 @@ class Row:
     report: str | None = None  # file name of the run's upstream report, when `bisect report` wrote one
     reference: dict | None = None  # what the predicate compares with (kind, id, label), when it compares
     # "regression 1.20.0..1.20.0": the question's mode and range, where the run asks its predicate (and
-    # reference) over more than one range or mode: each question is its own row, keyed by it too
+    # reference) over more than one range or mode with more than one answer: each answer is its own row, keyed
+    # by it too (questions that found the same boundary are one row: same_questions)
     span: str | None = None
+    asked: str | None = None  # "regression 1.19.0..1.21.0": the mode and its ranges together, said or not
 
     @property
     def key(self) -> str:
@@ -361,6 +367,55 @@ def close_to_ceiling(r: Row, threshold: float) -> list[str]:
             and r.margins[v]["margin"] >= threshold]
 
 
+# -- a run's questions: one row per answer ----------------------------------------------------------
+
+def answer_of(doc: dict | None) -> tuple[str, str | None, str] | None:
+    """(direction, older, newer) of the boundary a run document found: regression (last good, first bad), fix
+    (last bad, first good); a sweep's is the direction of the boundary it names. None where it found none."""
+    if not doc or not has_boundary(doc):
+        return None
+    if isinstance(doc.get("first_bad"), str):
+        return "regression", doc.get("last_good"), doc["first_bad"]
+    if isinstance(doc.get("first_good"), str):
+        return "fix", doc.get("last_bad"), doc["first_good"]
+    return None
+
+
+def same_questions(groups: dict[tuple, list[dict]]) -> list[list[tuple]]:
+    """The questions of a run (predicate, reference, mode, first, last -> their documents) that are one row:
+    those of one predicate and reference whose newest documents found the same boundary, and a question that
+    found its range runs the other way (`wrong_direction`) with the one of that range that found the boundary."""
+    newest = {q: _newest_doc(docs) for q, docs in groups.items()}
+    answer = {q: answer_of(newest[q]) for q in groups}
+    out: list[list[tuple]] = []
+    for q in sorted(groups, key=lambda q: answer[q] is None):  # those with a boundary first: the others join them
+        home = next((g for g in out if g[0][:2] == q[:2] and (
+            (answer[q] is not None and answer[q] == answer[g[0]]) or
+            (answer[q] is None and (newest[q] or {}).get("status") == "wrong_direction" and answer[g[0]] is not None
+             and any(o[3:] == q[3:] and answer[o] is not None and answer[o][0] != q[2] for o in g)))), None)
+        if home is None:
+            out.append([q])
+        else:
+            home.append(q)
+    return out
+
+
+def _newest_doc(docs: list[dict]) -> dict | None:
+    return max(docs, key=lambda doc: doc.get("generated") or "", default=None)
+
+
+def _mode_of(questions: list[tuple], answer) -> str | None:
+    modes = {q[2] for q in questions}
+    return modes.pop() if len(modes) == 1 else (answer[0] if answer else sorted(modes)[0])
+
+
+def _range_of(questions: list[tuple]) -> tuple[str | None, str | None]:
+    """The ranges of one row's questions together (one unknown: every release)."""
+    if any(not (isinstance(q[3], str) and isinstance(q[4], str)) for q in questions):
+        return None, None
+    return min((q[3] for q in questions), key=vkey), max((q[4] for q in questions), key=vkey)
+
+
 # -- runs that are no search ---------------------------------------------------------------------
 
 @dataclass
@@ -533,25 +588,31 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None,
         records = own_records(evidence.records)  # a reference's or a triage's probes are not the row's releases
         prov = target_of(key, records)
         docs = _cell_docs(d, warn, left_out)
-        # each question is its own row: its predicate and reference, and its mode and range where the run asks
-        # them over more than one
+        # each question (predicate, reference, mode, range) with its documents
         groups: dict[tuple, list[dict]] = defaultdict(list)
         for doc in docs:
             groups[(*question_of(doc), *span_of(doc))].append(doc)
+        # questions that found the same boundary are one row (same_questions); each row over its ranges
+        order = lambda q: (q[0], q[1] or "", q[2], vkey(q[3] or ""), vkey(q[4] or ""))  # noqa: E731
+        together = sorted((sorted(g, key=order) for g in same_questions(groups)), key=lambda g: order(g[0])) or \
+            [[(DEFAULT_PREDICATE, None, None, None, None)]]
         shared = defaultdict(int)
-        for q in groups:
-            shared[q[:2]] += 1
-        questions = sorted(groups, key=lambda q: (q[0], q[1] or "", q[2], vkey(q[3] or ""), vkey(q[4] or ""))) or \
-            [(DEFAULT_PREDICATE, None, None, None, None)]
+        for g in together:
+            shared[g[0][:2]] += 1
         headroom = trace_headroom(d)
         newest = latest_by_version(records)
         margins = {v: margins_of(r) for v, r in newest.items()}
         default = answered(docs)
         store = RunStore(d)
-        for predicate, ref_id, mode, first, last in questions:
-            mine = groups.get((predicate, ref_id, mode, first, last), [])
-            summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
-            asked = [r for r in records if in_span(r["version"], first, last)]  # the question's releases
+        for questions in together:
+            predicate, ref_id = questions[0][:2]
+            mine = [doc for q in questions for doc in groups.get(q, [])]
+            # each question's newest document; of several questions, the newest that found the row's boundary
+            summary = answered([_newest_doc(groups[q]) for q in questions if groups.get(q)])
+            mode = _mode_of(questions, answer_of(summary))
+            first, last = _range_of(questions)
+            # the questions' releases
+            asked = [r for r in records if any(in_span(r["version"], q[3], q[4]) for q in questions)]
             newest_ids = {id(r) for r in latest_by_version(asked).values()}
             judged = _judge(asked, predicate, mine, store)
             report = REPORT if (d / REPORT).is_file() and (default is None or any(x is default for x in mine)) \
@@ -577,6 +638,7 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None,
                       summary=summary, headroom=headroom, margins=margins, report=report,
                       reference=(summary or {}).get("reference") if ref_id else None,
                       span=f"{mode} {first}..{last}" if shared[(predicate, ref_id)] > 1 else None,
+                      asked=f"{mode} {first}..{last}" if first and last else None,
                       judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
             row.mode = mode
             first_bad, last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
