@@ -629,3 +629,236 @@ def test_changes_are_one_line_when_nothing_changed(browser, tmp_path):
 ])
 def test_numbers_are_said_for_people(x, unit, said):
     assert numbers.human(x, unit) == said
+
+
+# -- commands on the page ---------------------------------------------------------------------------------
+
+# each text node under a command's element, character by character: where a line starts again (a character lower
+# than the one before it) with no space between them, the command was broken inside a word
+BROKEN_COMMANDS_JS = """(() => {
+  const out = [];
+  let n = 0;
+  for (const code of document.querySelectorAll('code')) {
+    if (!code.checkVisibility()) continue;
+    n++;
+    let top = null, space = false;
+    const walk = document.createTreeWalker(code, NodeFilter.SHOW_TEXT);
+    for (let t = walk.nextNode(); t; t = walk.nextNode()) {
+      for (let i = 0; i < t.length; i++) {
+        if (/\\s/.test(t.data[i])) { space = true; continue; }
+        const range = document.createRange();
+        range.setStart(t, i); range.setEnd(t, i + 1);
+        const r = range.getClientRects()[0];
+        if (!r) continue;
+        if (top !== null && r.top > top + 2 && !space) out.push([code.textContent, t.data.slice(0, i + 1)]);
+        top = r.top; space = false;
+      }
+    }
+  }
+  return [n, out];
+})()"""
+
+
+def test_every_command_on_the_page_breaks_between_words_only(v3_site):
+    """A command (`bisect report RUN` where a row has no report yet) is its words, each unbreakable: the page's
+    lines never cut one inside a word ("bisect repo|rt"); the style says so."""
+    text = (v3_site / "index.html").read_text()
+    codes = re.findall(r"<code[^>]*>(.*?)</code>", text, re.S)
+    assert len(codes) > 3 and all('class="cmd"' in c for c in re.findall(r"<code[^>]*>", text)), codes[:3]
+    said = 'no report yet: <code class="cmd"><span class="w">bisect</span> <span class="w">report</span> <span class="w">'
+    assert said in text
+    css = (Path(dashboard.__file__).parent / "templates" / "dashboard.css").read_text()
+    assert "break-all" not in css and "code.cmd .w{white-space:nowrap}" in css
+
+
+def test_in_chromium_no_command_is_broken_inside_a_word(browser, v3_site):
+    for width, height in V3_SCREENS:
+        browser.viewport(width, height)
+        check_page(browser, v3_site / "index.html")
+        n, broken = browser.eval(BROKEN_COMMANDS_JS)
+        assert n >= 5 and broken == [], (width, broken[:5])
+        if width == 1400:  # the run ids widen their column, yet the 25 releases still fit
+            fits = browser.eval('(() => { const s = document.querySelector("#overview .scroll");'
+                                ' return [s.scrollWidth, s.clientWidth]; })()')
+            assert fits[0] <= fits[1], fits
+
+
+# -- runs that are no search: listed apart, never a row of the grid -----------------------------------------
+
+def _triage_run(root: Path, run_id: str, kind: str, records: list[dict], doc: dict | None = None) -> Path:
+    """A run as `bisect repeat` or `bisect options` leaves it: its key's `triage`, its tagged probes, its document."""
+    d = make_run(root, run_id, "fused", {**_key("f" * 64, "x86_64"), "triage": kind, "version": "1.20.0"}, records)
+    if doc is not None:
+        (d / f"{kind}.json").write_text(json.dumps(doc))
+    return d
+
+
+def _sha(rec: dict, sha: str) -> dict:
+    rec["result"]["outputs"][0].update(name="y", sha256=sha)
+    return rec
+
+
+def test_a_repeat_or_options_run_is_no_row_but_listed_apart_with_its_answer(tmp_path):
+    root = tmp_path / "results"
+    synthetic(root)
+    _triage_run(root, "fused-repeat-1", "repeat",
+                [{**_sha(_rec("1.20.0", 7, f"2025-01-04T03:0{i}:00Z", "x86_64"), "ab" * 32), "series": "s1",
+                  "repeat_index": i} for i in range(5)], {"kind": "repeat", "n": 5})
+    _triage_run(root, "fused-repeat-2", "repeat",
+                [{**_sha(_rec("1.20.0", 0, f"2025-01-04T03:0{i}:00Z", "x86_64"), "cd" * 32 if i else "ef" * 32),
+                  "series": "s2", "repeat_index": i} for i in range(3)])
+    combos = [(f"level={lv},mode=sequential,threads=1,switch=none", nan) for lv, nan in
+              (("disable", 0), ("basic", 7), ("extended", 7), ("all", 7))]
+    _triage_run(root, "fused-options-1", "options",
+                [{**_rec("1.20.0", nan, "2025-01-04T04:00:00Z", "x86_64"), "combo_id": c} for c, nan in combos],
+                {"kind": "options", "predicate": "nan-or-inf"})
+    site = tmp_path / "site"
+    text = dashboard.build(root, site).read_text()
+    grid = json.loads((site / "dashboard.json").read_text())
+    assert sorted(grid) == ["decomposed-aarch64-1/nan-or-inf", "fused-x86_64-1/nan-or-inf"]  # no row of theirs
+    assert re.findall(r'<tr class="row" data-run="([^"]+)"', text) == ["decomposed-aarch64-1", "fused-x86_64-1"]
+    listed = {run: html.unescape(re.sub(r"<[^>]+>", " ", body)) for run, body in
+              re.findall(r'<tr class="probed" data-run="([^"]+)"[^>]*>(.*?)</tr>', text, re.S)}
+    assert sorted(listed) == ["fused-options-1", "fused-repeat-1", "fused-repeat-2"]
+    assert "same bits in 5 of 5 runs" in listed["fused-repeat-1"] and "NaN rows 7 of 20" in listed["fused-repeat-1"]
+    assert "nondeterministic: 2 different outputs in 3 runs" in listed["fused-repeat-2"]
+    assert "3 of 4 combinations bad (1 good); bad if nan-or-inf" in listed["fused-options-1"]
+    assert all("no boundary" not in body for body in listed.values())
+    for href in re.findall(r'href="(data/fused-(?:repeat|options)[^"]+)"', text):
+        assert (site / urllib.request.url2pathname(href)).is_file(), href
+    assert 'href="data/fused-repeat-1/repeat.json"' in text and 'href="data/fused-options-1/options.json"' in text
+
+
+# -- one row per question answered: a run's questions that found one boundary, and real runs of every command --
+
+def test_the_questions_of_a_run_that_found_one_boundary_are_one_row(tmp_path):
+    """One run asked where it broke over two ranges, swept one of them and asked it as a fix (which found it runs
+    the other way): one question, one answer, one row, over both ranges. A one-release question asked in passing,
+    and a fix that found a fix, answer otherwise: rows of their own."""
+    root = tmp_path / "results"
+    versions = ["1.19.0", "1.19.2", "1.20.0", "1.20.1", "1.21.0", "1.22.0", "1.23.0"]
+    bad = {"1.20.0", "1.20.1", "1.21.0"}
+    recs = [_rec(v, 7 if v in bad else 0, f"2025-01-02T03:0{i}:00Z", "x86_64") for i, v in enumerate(versions)]
+    run = make_run(root, "fused-x86_64-1", "gemma-tiny-fused", _key("f" * 64, "x86_64"), recs)
+
+    def asked(key, mode, first, last, status="found", **said):
+        span = [v for v in versions if versions.index(first) <= versions.index(v) <= versions.index(last)]
+        _question_doc(run, key, "nan-or-inf", None, {v: "bad" if v in bad else "good" for v in span}, mode=mode,
+                      status=status, question={"predicate": "nan-or-inf", "reference": None, "mode": mode,
+                                               "range": [first, last]}, **said)
+
+    asked("a", "regression", "1.19.0", "1.20.1", last_good="1.19.2", first_bad="1.20.0")
+    asked("b", "regression", "1.19.2", "1.21.0", last_good="1.19.2", first_bad="1.20.0")
+    asked("c", "sweep", "1.19.2", "1.21.0", last_good="1.19.2", first_bad="1.20.0")
+    asked("d", "fix", "1.19.2", "1.21.0", status="wrong_direction")
+    asked("e", "fix", "1.20.1", "1.23.0", last_bad="1.21.0", first_good="1.22.0")
+    asked("f", "regression", "1.20.0", "1.20.0", status="nothing_to_bisect")
+    site = tmp_path / "site"
+    text = dashboard.build(root, site).read_text()
+    grid = json.loads((site / "dashboard.json").read_text())
+    assert sorted(grid) == ["fused-x86_64-1/nan-or-inf/fix-1.20.1..1.23.0",
+                            "fused-x86_64-1/nan-or-inf/regression-1.19.0..1.21.0",
+                            "fused-x86_64-1/nan-or-inf/regression-1.20.0..1.20.0"]
+    one = grid["fused-x86_64-1/nan-or-inf/regression-1.19.0..1.21.0"]
+    assert (one["last_good"], one["first_bad"]) == ("1.19.2", "1.20.0")
+    assert sorted(one["verdicts"]) == versions[:5]  # both ranges' releases
+    fix = grid["fused-x86_64-1/nan-or-inf/fix-1.20.1..1.23.0"]
+    assert (fix["last_bad"], fix["first_good"]) == ("1.21.0", "1.22.0")
+    labels = [html.unescape(re.sub(r"<[^>]+>", " ", label)).strip() for label in
+              re.findall(r'<tr class="row" data-run="[^"]+".*?<th class="target" scope="row">(.*?)</th>', text, re.S)]
+    assert len(labels) == len(set(labels)) == 3, labels
+
+
+MIXED_RELEASES = ("1.19.2", "1.20.1")  # residual_norm: finite on 1.19.2, NaN from 1.20.0
+
+
+@pytest.fixture(scope="module")
+def mixed_site(cache_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """One results directory as a user fills it: run (twice, over another range, as a fix), sweep, repeat, options,
+    compare (one release, and a range) and reduce, on residual_norm, gemma-tiny-fused and silero-vad 6.2.3 (a
+    real PyPI model), then the dashboard over it. Returns (results, site)."""
+    from conftest import cli
+    from test_conformance import _wheel
+
+    d = tmp_path_factory.mktemp("mixed")
+    results = d / "results"
+    bisect = cli(cache_dir, results)
+    rn = builders.save(builders.residual_norm_model(), d / "rn.onnx")
+    import numpy as np
+
+    np.savez(d / "rn.npz", **builders.residual_norm_inputs())
+    rng = np.random.default_rng(0)
+    np.savez(d / "silero.npz", input=(rng.standard_normal((4, 512)) * 0.1).astype(np.float32),
+             state=np.zeros((2, 4, 128), np.float32), sr=np.array(16000, np.int64))
+    silero = _wheel(cache_dir, "silero-vad") / "silero_vad/data/silero_vad.onnx"
+    where = ("--results-dir", str(results), "--cache-dir", str(cache_dir))
+    on_rn = ("--model", str(rn), "--inputs", str(d / "rn.npz"))
+    on_silero = ("--model", str(silero), "--inputs", str(d / "silero.npz"))
+    steps = [
+        ("run", *on_rn, "--from", "1.19.2", "--to", "1.20.1"),
+        ("run", *on_rn, "--from", "1.19.2", "--to", "1.20.1"),  # the same question again
+        ("run", *on_rn, "--from", "1.19.2", "--to", "1.20.1", "--mode", "fix"),  # wrong direction: exit 3
+        ("run", *on_rn, "--from", "1.19.0", "--to", "1.20.0"),  # another range, the same boundary
+        ("sweep", *on_rn, "--from", "1.19.2", "--to", "1.20.1"),
+        ("repeat", *on_rn, "--version", "1.20.1", "-n", "3", *where),
+        ("options", *on_rn, "--version", "1.20.1", "--levels", "disable,all", "--modes", "sequential",
+         "--threads", "1", *where),
+        ("compare", *on_rn, "--version", "1.23.0", "onnxruntime:cpu", "onnxruntime-openvino:openvino", *where),
+        ("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.1"),
+        ("run", *on_silero, "--from", "1.20.1", "--to", "1.21.0", "--bad-if", "abs-diff>0",
+         "--reference-release", "1.20.1"),
+        ("repeat", *on_silero, "--version", "1.21.0", "-n", "2", *where),
+        ("compare", *on_silero, "--from", "1.23.0", "--to", "1.24.1", "onnxruntime:cpu",
+         "onnxruntime-openvino:openvino", *where),
+    ]
+    for args in steps:
+        r = bisect(*args)
+        assert r.returncode in (0, 3), (args, r.stderr[-2000:])
+    rn_run = next(p.name for p in results.iterdir() if p.name.startswith("rn-x86_64-"))
+    r = bisect("reduce", rn_run, *where)
+    assert r.returncode in (0, 4), r.stderr[-2000:]
+    r = bisect("dashboard", str(results), "-o", str(d / "site"))
+    assert r.returncode == 0, r.stderr
+    return results, d / "site"
+
+
+@pytest.mark.release
+def test_a_results_directory_of_every_command_draws_one_row_per_question(mixed_site):
+    """Real runs of run, sweep, compare, repeat, options and reduce in one directory: a row per question that
+    found its boundary (the repeats and options are listed apart with their answers, the compares' pairs with
+    their files), never a row of grey dots that says 'no boundary'."""
+    results, site = mixed_site
+    grid = json.loads((site / "dashboard.json").read_text())
+    rows = sorted(((g["model"], g["first_bad"], g["last_good"]) for g in grid.values()), key=str)
+    assert rows == [("gemma-tiny-fused", "1.20.0", "1.19.2"), ("rn", "1.20.0", "1.19.2"),
+                    ("silero_vad", "1.21.0", "1.20.1")], sorted(grid)
+    rn = next(g for g in grid.values() if g["model"] == "rn")
+    assert {"1.19.0", "1.19.2", "1.20.0", "1.20.1"} <= set(rn["verdicts"])  # both ranges' releases, one row
+    text = (site / "index.html").read_text()
+    assert len(re.findall(r'<tr class="row"', text)) == 3 and "no boundary" not in text
+    listed = {run: (kind, html.unescape(re.sub(r"<[^>]+>", " ", body))) for run, kind, body in
+              re.findall(r'<tr class="probed" data-run="([^"]+)" data-kind="([^"]+)">(.*?)</tr>', text, re.S)}
+    kinds = sorted(kind for kind, _ in listed.values())
+    assert kinds == ["compare", "compare", "options", "repeat", "repeat"], listed
+    said = {(run.split("-")[0], kind): body for run, (kind, body) in listed.items()}
+    assert "same bits in 3 of 3 runs" in said[("rn", "repeat")]
+    assert "same bits in 2 of 2 runs" in said[("silero_vad", "repeat")]
+    assert "2 of 2 combinations bad; bad if nan-or-inf" in said[("rn", "options")]
+    assert "probed for bisect compare: 1.23.0" in said[("rn", "compare")]
+    for href in re.findall(r'href="(data/[^"]+)"', text):
+        assert (site / urllib.request.url2pathname(href)).is_file(), href
+    assert 'id="divergence"' in text  # the compare over a range, drawn as ever
+
+
+@pytest.mark.release
+def test_in_chromium_the_mixed_results_page_breaks_no_command_inside_a_word(browser, mixed_site):
+    _, site = mixed_site
+    for width, height in V3_SCREENS:
+        browser.viewport(width, height)
+        check_page(browser, site / "index.html")
+        # nothing (a compare's message quoting a long C++ error) widens the page: a phone would zoom out
+        assert browser.eval("[window.innerWidth, window.innerHeight]") == [width, height]
+        n, broken = browser.eval(BROKEN_COMMANDS_JS)
+        assert n >= 3 and broken == [], (width, broken[:5])
+        n, overlaps = browser.eval(OVERLAPS_JS)
+        assert overlaps == [], overlaps[:10]

@@ -26,6 +26,8 @@ What is on the page (the data comes from harness.report.overview):
 * "Package and provider divergence": per `bisect compare --from --to`, a row per
   pair and a cell per release, the pair's max |diff| from the reference in the
   verdict colours (agrees: good, diverges: bad, not compared: skip).
+* "Runs that are no search": each repeat, options matrix and compare pair's run (overview.Probed), with
+  its answer and links to its files; none is a row of the grid.
 * Per model: explanations of the boundaries, the fp16 headroom of traces
   (matplotlib, where `bisect trace` saved any), when each verdict first appeared,
   and the probes that were not judged good or bad.
@@ -34,6 +36,7 @@ The page is drawn by Jinja2 from the templates in harness/report/templates (auto
 comes from results is text). It reads at 1400 px (25 releases fit beside the row's label, boundary and numbers, the
 release headers upright) and at 390 px (each row a card: its label, boundary, then its verdicts newest first).
 Rows are labelled by the question they answer (page_lines); numbers are said by harness.report.numbers.human.
+A command is drawn word by word (escape.sh_words, the template's `command`): a line breaks between its words only.
 """
 
 from __future__ import annotations
@@ -55,12 +58,13 @@ from markupsafe import Markup
 
 from harness.errors import HarnessError, UsageError
 from harness.metrics import cosine_text
-from harness.report.escape import sh_line
+from harness.report.escape import sh_words
 from harness.report.numbers import human
 from harness.report.overview import (
     MARGIN_THRESHOLD,
     Changes,
     Divergence,
+    Probed,
     Row,
     changes,
     close_to_ceiling,
@@ -242,8 +246,8 @@ def question_words(r: Row) -> str:
 def _asked_span(r: Row) -> str:
     """"regression 1.19.0..1.30.0": the mode and range the row's question was asked over (its run document's, else
     the releases it holds)."""
-    if r.span:
-        return r.span
+    if r.span or r.asked:
+        return r.span or r.asked
     if r.summary:
         _, first, last = span_of(r.summary)
         if first and last:
@@ -401,7 +405,7 @@ def _grid(lines: list[Line], threshold: float) -> dict:
         summary = (base + CELLS + "/" + r.summary["cell"]["key"] + ".json"
                    if r.summary and r.summary.get("cell", {}).get("key") else None)
         out.append({"row": r, "label": line.label, "same_as": [x.run_id for x in line.same_as], "report": report,
-                    "no_report": sh_line(["bisect", "report", r.run_id]),
+                    "no_report": sh_words(["bisect", "report", r.run_id]),
                     "cells": [_cell(v, r.cells.get(v), r, len(versions) - i, report) for i, v in enumerate(versions)],
                     "measures": _measures(r, versions, threshold),
                     "links": [("probes", base + PROBES), ("manifest", base + MANIFEST)]
@@ -458,6 +462,21 @@ def _copy_divergences(divs: list[Divergence], site: Path) -> None:
         copy_into(dv.run_dir, site / "data" / dv.run_id, [MANIFEST, f"{COMPARE}.json"], site)
 
 
+PROBED_WORDS = {"repeat": "bisect repeat", "options": "bisect options", "compare": "a pair of bisect compare"}
+
+
+def _probed(others: list[Probed]) -> list[dict]:
+    """"Runs that are no search": per run, what made it, its releases, its answer and its files (data/<run>/)."""
+    return [{"p": p, "what": PROBED_WORDS.get(p.kind, p.kind),
+             "links": [(name, f"data/{p.run_id}/{name}") for name in p.files]}
+            for p in sorted(others, key=lambda p: (p.model, p.kind, p.run_id))]
+
+
+def _copy_probed(others: list[Probed], site: Path) -> None:
+    for p in others:
+        copy_into(p.run_dir, site / "data" / p.run_id, list(p.files), site)
+
+
 def _model_sections(rows: list[Row]) -> list[dict]:
     by_model: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
@@ -480,7 +499,7 @@ def _model_sections(rows: list[Row]) -> list[dict]:
 
 def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list = (), ch: Changes | None = None,
            runs: list[tuple[str, str]] | None = None, divs: list[Divergence] = (),
-           threshold: float = MARGIN_THRESHOLD) -> str:
+           threshold: float = MARGIN_THRESHOLD, others: list[Probed] = ()) -> str:
     runs = runs_of(t for r in rows for _, t, _ in r.judged) if runs is None else runs
     ch = changes(rows, runs) if ch is None else ch
     lines = page_lines(rows)
@@ -493,6 +512,7 @@ def render(rows: list[Row], title: str = "ortbisect dashboard", left_out: list =
         left_out=[(left_out_label(p), why) for p, why in left_out], left_out_words=left_out_words(list(left_out)),
         changes=_changes(ch, lines), grid=_grid(lines, threshold) if rows else None, threshold=threshold,
         history=history_chart(per_night), divergences=_divergence(list(divs)), models=_model_sections(rows),
+        probed=_probed(list(others)),
         symbols=SYMBOLS, question_words=question_words)
 
 
@@ -516,7 +536,8 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
     site = Path(out).resolve()
     try:
         mark_site(site)  # before the runs are searched
-        rows = collect(root, warn, left_out)
+        others: list[Probed] = []
+        rows = collect(root, warn, left_out, others)
         if any(r.headroom for r in rows):
             try:
                 import matplotlib  # noqa: F401
@@ -526,10 +547,11 @@ def build(root: Path, out: Path, title: str = "ortbisect dashboard", warn=lambda
         copy_raw(rows, site)
         divs = divergences(root, warn, left_out)
         _copy_divergences(divs, site)
+        _copy_probed(others, site)
         runs = runs_of(t for r in rows for _, t, _ in r.judged)
         ch = changes(rows, runs)
         page = Path(out) / "index.html"
-        write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold).encode("utf-8"))
+        write_inside(site, page, render(rows, title, left_out, ch, runs, divs, threshold, others).encode("utf-8"))
         grid = {r.key: {"model": r.model, "target": r.target, "provenance": r.provenance, "first_bad": r.first_bad,
                         "last_good": r.last_good, "mode": r.mode,
                         **({"last_bad": r.last_bad, "first_good": r.first_good} if r.mode == "fix" else {}),

@@ -120,11 +120,17 @@ def _check_data(value, where: str = "value") -> None:
     raise ValueError(f"{where}: {type(value).__name__} is not plain data")
 
 
+def sh_words(words) -> list[str]:
+    """The words of `sh_line`, each quoted and printable on its own: a page that must never break a command
+    inside a word shows them one by one (`" ".join` of them is the line)."""
+    return [shlex.quote(printable(w)) for w in words]
+
+
 def sh_line(words, comment: str = "", width: int = 0) -> str:
     """A shell command of `words`, each quoted (shlex.join) so that it stays one argument and runs nothing, and
     made printable so that the command stays one line; then `# comment` (printable: a comment ends at the line),
     the command padded to `width` characters first so that a block's comments line up."""
-    line = shlex.join(printable(w) for w in words)
+    line = " ".join(sh_words(words))
     if not comment:
         return line
     return f"{line.ljust(width) if len(line) < width else line + '   '}# {printable(comment)}"

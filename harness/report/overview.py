@@ -20,6 +20,15 @@ their own each, compare.json, validated by results.store.read_compare_document):
 one per comparison, drawn as rows of pairs by release; their runs hold no
 probes and make no row of the grid.
 
+`collect` draws searches only. A run that is no search (`bisect repeat`, `bisect options`: their run key's
+`triage`; the runs of a compare's pairs: probed by `bisect compare` alone, with no run document) is no row:
+`collect` hands it to `others` as a `Probed`, with its answer said from its own records (a repeat: whether every
+run gave the same bits; options: how many combinations were bad under its predicate), listed apart.
+
+Within a run, the questions of one predicate and reference that found the same boundary (a regression asked
+again over another range, a sweep of the range, a fix asked over it that found it is a regression) answer one
+question: they are one row, over their ranges together.
+
 `changes` compares the newest run of the nightly with the state before it:
 records are grouped into runs by their `finished` times (a gap of more than
 RUN_GAP between two probes starts a new run), and the verdicts as of the
@@ -44,6 +53,8 @@ from harness.results.runs import run_dirs
 from harness.results.store import (
     CELLS,
     COMPARE,
+    MANIFEST,
+    PROBES,
     REPORT,
     TRACES,
     RunStore,
@@ -92,8 +103,10 @@ class Row:
     report: str | None = None  # file name of the run's upstream report, when `bisect report` wrote one
     reference: dict | None = None  # what the predicate compares with (kind, id, label), when it compares
     # "regression 1.20.0..1.20.0": the question's mode and range, where the run asks its predicate (and
-    # reference) over more than one range or mode: each question is its own row, keyed by it too
+    # reference) over more than one range or mode with more than one answer: each answer is its own row, keyed
+    # by it too (questions that found the same boundary are one row: same_questions)
     span: str | None = None
+    asked: str | None = None  # "regression 1.19.0..1.21.0": the mode and its ranges together, said or not
 
     @property
     def key(self) -> str:
@@ -354,7 +367,181 @@ def close_to_ceiling(r: Row, threshold: float) -> list[str]:
             and r.margins[v]["margin"] >= threshold]
 
 
-def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> list[Row]:
+# -- a run's questions: one row per answer ----------------------------------------------------------
+
+def answer_of(doc: dict | None) -> tuple[str, str | None, str] | None:
+    """(direction, older, newer) of the boundary a run document found: regression (last good, first bad), fix
+    (last bad, first good); a sweep's is the direction of the boundary it names. None where it found none."""
+    if not doc or not has_boundary(doc):
+        return None
+    if isinstance(doc.get("first_bad"), str):
+        return "regression", doc.get("last_good"), doc["first_bad"]
+    if isinstance(doc.get("first_good"), str):
+        return "fix", doc.get("last_bad"), doc["first_good"]
+    return None
+
+
+def same_questions(groups: dict[tuple, list[dict]]) -> list[list[tuple]]:
+    """The questions of a run (predicate, reference, mode, first, last -> their documents) that are one row:
+    those of one predicate and reference whose newest documents found the same boundary, and a question that
+    found its range runs the other way (`wrong_direction`) with the one of that range that found the boundary."""
+    newest = {q: _newest_doc(docs) for q, docs in groups.items()}
+    answer = {q: answer_of(newest[q]) for q in groups}
+    out: list[list[tuple]] = []
+    for q in sorted(groups, key=lambda q: answer[q] is None):  # those with a boundary first: the others join them
+        home = next((g for g in out if g[0][:2] == q[:2] and (
+            (answer[q] is not None and answer[q] == answer[g[0]]) or
+            (answer[q] is None and (newest[q] or {}).get("status") == "wrong_direction" and answer[g[0]] is not None
+             and any(o[3:] == q[3:] and answer[o] is not None and answer[o][0] != q[2] for o in g)))), None)
+        if home is None:
+            out.append([q])
+        else:
+            home.append(q)
+    return out
+
+
+def _newest_doc(docs: list[dict]) -> dict | None:
+    return max(docs, key=lambda doc: doc.get("generated") or "", default=None)
+
+
+def _mode_of(questions: list[tuple], answer) -> str | None:
+    modes = {q[2] for q in questions}
+    return modes.pop() if len(modes) == 1 else (answer[0] if answer else sorted(modes)[0])
+
+
+def _range_of(questions: list[tuple]) -> tuple[str | None, str | None]:
+    """The ranges of one row's questions together (one unknown: every release)."""
+    if any(not (isinstance(q[3], str) and isinstance(q[4], str)) for q in questions):
+        return None, None
+    return min((q[3] for q in questions), key=vkey), max((q[4] for q in questions), key=vkey)
+
+
+# -- runs that are no search ---------------------------------------------------------------------
+
+@dataclass
+class Probed:
+    """A run that is no search: a repeat, an options matrix, a compare's pair. Listed apart with its answer."""
+
+    run_id: str
+    run_dir: Path
+    model: str
+    target: str
+    kind: str  # repeat, options, compare
+    releases: list[str]
+    answer: str  # "same bits in 5 of 5 runs", "3 of 8 combinations bad (5 good); bad if nan-or-inf"
+    files: list[str]  # its files the page links to, by name in the run
+
+
+def probed_kind(run_dir: Path, man: dict) -> str | None:
+    """repeat or options (the run key's `triage`), compare (a run only `bisect compare` wrote, holding no run
+    document: a pair's probes), or None: a search."""
+    from harness.triage.options import OPTIONS_SUMMARY, REPEAT_SUMMARY
+
+    triage = man["key"].get("triage")
+    if triage in (REPEAT_SUMMARY, OPTIONS_SUMMARY):
+        return triage
+    commands = [c.get("argv") for c in man.get("commands") or [] if isinstance(c, dict)]
+    said = [a[1] for a in commands if isinstance(a, list) and len(a) > 1]
+    if said and len(said) == len(commands) and all(a == COMPARE for a in said) and \
+            not any((run_dir / CELLS).glob("*.json")):
+        return COMPARE
+    return None
+
+
+def _hashes(rec: dict) -> tuple | None:
+    outs = (rec.get("result") or {}).get("outputs") or []
+    return tuple(o.get("sha256") for o in outs) if rec.get("status") == "ran" and outs else None
+
+
+def _rows_said(rec: dict) -> str:
+    """"NaN rows 4 of 4", or "" where none is NaN nor Inf."""
+    outs = (rec.get("result") or {}).get("outputs") or []
+    nan = max((o.get("nan_rows") or 0 for o in outs), default=0)
+    inf = max((o.get("inf_rows") or 0 for o in outs), default=0)
+    rows = max((o.get("rows") or 0 for o in outs), default=0)
+    said = [f"NaN rows {nan} of {rows}" if nan else "", f"Inf rows {inf} of {rows}" if inf else ""]
+    return ", ".join(w for w in said if w)
+
+
+def repeat_answer(records: list[dict]) -> str:
+    """What the newest series of a repeat says: the same bits in every run, how many outputs, or runs that
+    did not finish."""
+    series: dict[str, list[dict]] = defaultdict(list)
+    for rec in records:
+        if isinstance(rec.get("series"), str):
+            series[rec["series"]].append(rec)
+    if not series:
+        return "no runs recorded"
+    newest = max(series, key=lambda k: max(r.get("finished") or "" for r in series[k]))
+    runs = series[newest]
+    hashes = [_hashes(r) for r in runs]
+    done = [h for h in hashes if h is not None]
+    n = len(runs)
+    if len(done) < n:
+        failed = sorted({r["status"] for r, h in zip(runs, hashes) if h is None})
+        said = f"{n - len(done)} of {n} runs did not finish ({', '.join(failed)})"
+    elif len(set(done)) > 1:
+        said = f"nondeterministic: {len(set(done))} different outputs in {n} runs"
+    else:
+        said = f"same bits in {n} of {n} runs"
+    rows = _rows_said(runs[0])
+    earlier = len(series) - 1
+    return said + (f"; {rows}" if rows else "") + (f" ({earlier} earlier series)" if earlier else "")
+
+
+def options_answer(records: list[dict], predicate: str) -> str:
+    """How many of an options matrix's combinations (each one's newest probe) were bad under its predicate."""
+    from harness.triage.options import worker_says_na
+    from harness.verdicts import judge, parse_predicate
+
+    pred = parse_predicate(predicate)
+    combos = latest_by_version([{**r, "version": r["combo_id"]} for r in records if isinstance(r.get("combo_id"), str)])
+    counts: dict[str, int] = defaultdict(int)
+    for rec in combos.values():
+        counts["n/a" if worker_says_na(rec) else judge(rec, pred)["verdict"]] += 1
+    n = sum(counts.values())
+    if not n:
+        return "no combination probed"
+    rest = ", ".join(f"{c} {v}" for v, c in sorted(counts.items()) if v != "bad")
+    return f"{counts.get('bad', 0)} of {n} combinations bad" + (f" ({rest})" if rest else "") + \
+        f"; bad if {predicate}"
+
+
+def _options_predicate(run_dir: Path) -> str:
+    """The predicate an options matrix judged by, from its options.json (a string `--bad-if` reads), else the
+    default one."""
+    from harness.triage.options import OPTIONS_SUMMARY
+    from harness.verdicts import parse_predicate
+
+    try:
+        doc = loads((run_dir / f"{OPTIONS_SUMMARY}.json").read_bytes())
+        predicate = doc.get("predicate") if isinstance(doc, dict) else None
+        if isinstance(predicate, str) and len(predicate) <= 200:
+            parse_predicate(predicate)
+            return predicate
+    except (OSError, ValueError, UsageError):
+        pass
+    return DEFAULT_PREDICATE
+
+
+def probed_run(d: Path, man: dict, kind: str, records: list[dict], target: str) -> Probed:
+    """A run that is no search, with its answer said from its records."""
+    releases = sorted({r["version"] for r in records}, key=vkey)
+    if kind == "repeat":
+        answer = repeat_answer(records)
+    elif kind == "options":
+        answer = options_answer(records, _options_predicate(d))
+    else:
+        newest = latest_by_version(records)
+        answer = "probed for bisect compare: " + (", ".join(
+            f"{v} {newest[v]['status']}" + (f" ({_rows_said(newest[v])})" if _rows_said(newest[v]) else "")
+            for v in releases) or "nothing")
+    files = [name for name in (MANIFEST, PROBES, f"{kind}.json") if (d / name).is_file()]
+    return Probed(d.name, d, (man.get("model") or {}).get("name") or d.name, target, kind, releases, answer, files)
+
+
+def collect(root: Path, warn=lambda msg: None, left_out: list | None = None,
+            others: list | None = None) -> list[Row]:
     """A row per (run, predicate) under `root`.
 
     A run whose manifest cannot be read, whose probes.jsonl holds a complete
@@ -362,10 +549,12 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
     (never read through: results.runs), is left out: `warn` hears why and
     `left_out` gets (run directory or link, reason); so is a cell document
     that is not one (its file, reason), and the run is shown without it. A
-    last line cut off mid-write is only warned about.
+    last line cut off mid-write is only warned about. A run that is no
+    search (`probed_kind`) goes to `others`, as a `Probed`.
     """
     rows = []
     left_out = [] if left_out is None else left_out
+    others = [] if others is None else others
     refused: list[tuple[Path, str]] = []
     dirs = run_dirs(root, refused)
     for path, why in refused:
@@ -389,30 +578,41 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
             continue
         if evidence.torn:
             warn(f"{evidence.torn}: left out")
-        records = own_records(evidence.records)  # a reference's or a triage's probes are not the row's releases
         key = man["key"]
-        prov = target_of(key, records)
         options = key.get("session_options") or {}
+        kind = probed_kind(d, man)
+        if kind is not None:  # a repeat, an options matrix, a compare's pair: no search, no row
+            others.append(probed_run(d, man, kind, evidence.records,
+                                     target_label(target_of(key, evidence.records), options)))
+            continue
+        records = own_records(evidence.records)  # a reference's or a triage's probes are not the row's releases
+        prov = target_of(key, records)
         docs = _cell_docs(d, warn, left_out)
-        # each question is its own row: its predicate and reference, and its mode and range where the run asks
-        # them over more than one
+        # each question (predicate, reference, mode, range) with its documents
         groups: dict[tuple, list[dict]] = defaultdict(list)
         for doc in docs:
             groups[(*question_of(doc), *span_of(doc))].append(doc)
+        # questions that found the same boundary are one row (same_questions); each row over its ranges
+        order = lambda q: (q[0], q[1] or "", q[2], vkey(q[3] or ""), vkey(q[4] or ""))  # noqa: E731
+        together = sorted((sorted(g, key=order) for g in same_questions(groups)), key=lambda g: order(g[0])) or \
+            [[(DEFAULT_PREDICATE, None, None, None, None)]]
         shared = defaultdict(int)
-        for q in groups:
-            shared[q[:2]] += 1
-        questions = sorted(groups, key=lambda q: (q[0], q[1] or "", q[2], vkey(q[3] or ""), vkey(q[4] or ""))) or \
-            [(DEFAULT_PREDICATE, None, None, None, None)]
+        for g in together:
+            shared[g[0][:2]] += 1
         headroom = trace_headroom(d)
         newest = latest_by_version(records)
         margins = {v: margins_of(r) for v, r in newest.items()}
         default = answered(docs)
         store = RunStore(d)
-        for predicate, ref_id, mode, first, last in questions:
-            mine = groups.get((predicate, ref_id, mode, first, last), [])
-            summary = max(mine, key=lambda doc: doc.get("generated") or "", default=None)
-            asked = [r for r in records if in_span(r["version"], first, last)]  # the question's releases
+        for questions in together:
+            predicate, ref_id = questions[0][:2]
+            mine = [doc for q in questions for doc in groups.get(q, [])]
+            # each question's newest document; of several questions, the newest that found the row's boundary
+            summary = answered([_newest_doc(groups[q]) for q in questions if groups.get(q)])
+            mode = _mode_of(questions, answer_of(summary))
+            first, last = _range_of(questions)
+            # the questions' releases
+            asked = [r for r in records if any(in_span(r["version"], q[3], q[4]) for q in questions)]
             newest_ids = {id(r) for r in latest_by_version(asked).values()}
             judged = _judge(asked, predicate, mine, store)
             report = REPORT if (d / REPORT).is_file() and (default is None or any(x is default for x in mine)) \
@@ -438,6 +638,7 @@ def collect(root: Path, warn=lambda msg: None, left_out: list | None = None) -> 
                       summary=summary, headroom=headroom, margins=margins, report=report,
                       reference=(summary or {}).get("reference") if ref_id else None,
                       span=f"{mode} {first}..{last}" if shared[(predicate, ref_id)] > 1 else None,
+                      asked=f"{mode} {first}..{last}" if first and last else None,
                       judged=[(rec["version"], rec.get("finished") or "", verdict) for rec, verdict, _, _ in judged])
             row.mode = mode
             first_bad, last_good, row.flips = boundary({v: c["verdict"] for v, c in cells.items()})
