@@ -273,6 +273,44 @@ def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Pat
     return dest
 
 
+# Packages on PyPI that ship real models (each pinned): silero-vad's and magika's models, the onnx package's
+# backend test data
+REAL_PACKAGES = {"silero-vad": "6.2.3", "magika": "1.0.3", "onnx": "1.19.1"}
+
+
+def real_package(cache_dir: Path, package: str) -> Path:
+    """The package's wheel unpacked (no dependencies) under the test cache, installed once under a lock."""
+    from harness.releases.uvtool import uv
+    from harness.results.locking import file_lock
+
+    version = REAL_PACKAGES[package]
+    root = cache_dir / "realmodels"
+    target = root / f"{package}-{version}"
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / f"{package}-{version}.lock"):
+        if not (target / ".made").exists():
+            subprocess.run(["rm", "-rf", str(target)], check=True)
+            uv("pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target),
+               f"{package}=={version}", what=f"installing {package}=={version}")
+            (target / ".made").touch()
+    return target
+
+
+def pb_batch(model_dir: Path, dest: Path) -> Path:
+    """The onnx backend test's input_*.pb as one .npz keyed by the model's input names."""
+    import onnx
+    from onnx import numpy_helper
+
+    names = [i.name for i in onnx.load(model_dir / "model.onnx", load_external_data=False).graph.input]
+    arrays = {}
+    for i, name in enumerate(names):
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString((model_dir / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        arrays[name] = numpy_helper.to_array(tensor)
+    np.savez(dest, **arrays)
+    return dest
+
+
 def fresh_env(tmp: Path, version: str) -> Path:
     """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused).
 
