@@ -273,3 +273,40 @@ def test_reduce_says_it_reduced_nothing_and_why_with_its_own_exit_status(bisect,
     doc = json.loads((results / run_id / "reduced" / "reduce.json").read_text())
     assert doc["reduced"] is False and doc["verified"]["flips"]
     assert doc["not_reduced"] == {"rows": "the batch has one row", "nodes": "only rows were asked (--rows-only)"}
+
+
+# --- cuts fed what they read; candidates no release judged said rejected -------------------------------------
+
+
+@pytest.mark.release
+def test_a_cut_that_leaves_the_attention_mask_unused_is_fed_without_it(bisect, tmp_path, fresh_python):
+    """A BERT-shaped encoder whose embeddings' norm flips (builders.masked_encoder_model): the cuts that flip read
+    input_ids alone. Fed the whole batch, onnxruntime refused each of them on both releases ("Invalid input name:
+    attention_mask") and the reduction stopped at the first node reading both inputs (6 nodes); fed what it
+    reads, a cut reaches the two nodes that flip, and the reduced repro keeps only what they read."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.masked_encoder_model(), d / "encoder.onnx")
+    np.savez(d / "batch.npz", **builders.masked_encoder_inputs())
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    assert (r.json()["last_good"], r.json()["first_bad"]) == ("1.19.2", "1.20.0")
+    run_id = r.json()["run_id"]
+    red = bisect("reduce", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert red.returncode == 0, red.stderr
+    doc = red.json()
+    assert doc["verified"]["flips"] and doc["rows"]["kept"] == [2]
+    assert doc["nodes"]["kept"] == ["/embeddings/Add_1", "/embeddings/norm/SimplifiedLayerNormalization"]
+    assert doc["positions"] == {"before": 4, "after": 1}
+    assert "Invalid input name" not in red.stderr, red.stderr
+    with np.load(results / run_id / "reduced" / "inputs.npz") as kept:
+        assert sorted(kept.files) == sorted(doc["model"]["inputs"]) and "attention_mask" not in kept.files
+    # the report's repro.py runs that reduced model on its inputs: good on the last good release, bad on the first bad
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
+        out = run_script(fresh_python(version), results / run_id / "repro.py")
+        assert out.returncode == rc and "reduced model" in out.stdout, out.stdout + out.stderr
+

@@ -47,7 +47,7 @@ import onnx
 
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.graphs import surgery
-from harness.graphs.subgraph import Graph, model_bytes, needed
+from harness.graphs.subgraph import Graph, fed, model_bytes, needed
 from harness.metrics import probe_metrics
 from harness.models.inputs import MASK_INPUT, axes_rows, bad_rows, batch_axes, take_rows
 from harness.probe import Observer, ProbeJob, Prober, serving
@@ -195,7 +195,12 @@ class Checker:
         return cid, model_path, inputs_path
 
     def verdicts(self, model, arrays, outputs: tuple[str, ...] = (), kept: list[int] | None = None) -> dict[str, str]:
-        """The verdicts of a candidate on L and B; `kept`: the rows of the batch it keeps (None: all of them)."""
+        """The verdicts of a candidate on L and B; `kept`: the rows of the batch it keeps (None: all of them).
+
+        A cut is fed only the inputs it reads: the batch's others (an attention_mask the kept nodes never use)
+        would make onnxruntime refuse it on both releases, and the cut that flips go untried."""
+        if isinstance(model, onnx.ModelProto):
+            arrays = fed(model, arrays)
         cid, model_path, inputs_path = self.write(model, arrays)
         job = ProbeJob(model_path, inputs_path, outputs, self.plan.job.session_options, self.plan.job.timeout)
         tags = {"candidate": cid, **({"question": self.question} if self.against and self.question else {})}
@@ -461,7 +466,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
         if why_nodes:
             why_not["nodes"] = why_nodes
         if found is not None and not why_nodes:
-            reduced_model, reduced_inputs = found
+            reduced_model, reduced_inputs = found[0], fed(*found)  # inputs.npz: what the reduced model reads
             if MASK_INPUT in arrays:  # token inputs: axis 1 of the fed tensors is the sequence
                 positions["before"] = sequence_length(reduced_inputs)
                 reduced_inputs = reduce_positions(checker, reduced_model, reduced_inputs)
