@@ -273,6 +273,44 @@ def embedded_rows(model: str, cache_dir: Path, dest: Path, rows=TWO_ROWS) -> Pat
     return dest
 
 
+# Packages on PyPI that ship real models (each pinned): silero-vad's and magika's models, the onnx package's
+# backend test data
+REAL_PACKAGES = {"silero-vad": "6.2.3", "magika": "1.0.3", "onnx": "1.19.1"}
+
+
+def real_package(cache_dir: Path, package: str) -> Path:
+    """The package's wheel unpacked (no dependencies) under the test cache, installed once under a lock."""
+    from harness.releases.uvtool import uv
+    from harness.results.locking import file_lock
+
+    version = REAL_PACKAGES[package]
+    root = cache_dir / "realmodels"
+    target = root / f"{package}-{version}"
+    root.mkdir(parents=True, exist_ok=True)
+    with file_lock(root / f"{package}-{version}.lock"):
+        if not (target / ".made").exists():
+            subprocess.run(["rm", "-rf", str(target)], check=True)
+            uv("pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target),
+               f"{package}=={version}", what=f"installing {package}=={version}")
+            (target / ".made").touch()
+    return target
+
+
+def pb_batch(model_dir: Path, dest: Path) -> Path:
+    """The onnx backend test's input_*.pb as one .npz keyed by the model's input names."""
+    import onnx
+    from onnx import numpy_helper
+
+    names = [i.name for i in onnx.load(model_dir / "model.onnx", load_external_data=False).graph.input]
+    arrays = {}
+    for i, name in enumerate(names):
+        tensor = onnx.TensorProto()
+        tensor.ParseFromString((model_dir / "test_data_set_0" / f"input_{i}.pb").read_bytes())
+        arrays[name] = numpy_helper.to_array(tensor)
+    np.savez(dest, **arrays)
+    return dest
+
+
 def fresh_env(tmp: Path, version: str) -> Path:
     """A uv environment with only onnxruntime==version and numpy (made once under `tmp`, then reused).
 
@@ -543,6 +581,82 @@ def recurrent_state_inputs(rows: int = 8, width: int = 8, big: tuple[int, ...] =
     x = np.ones((rows, width), np.float16)
     x[list(big)] = 25000
     return {"input": x, "state": np.full((2, rows, width), 0.5, np.float16), "sr": np.array(16000, np.int64)}
+
+
+def masked_encoder_model(width: int = 8, vocab: int = 16) -> onnx.ModelProto:
+    """A BERT-shaped fp16 encoder of `input_ids` and `attention_mask` [batch, seq]: the mask path (Cast, Sub, Mul,
+    Unsqueeze) first, then the token embedding (Gather), a residual sum e + e + e and the embeddings' norm
+    (SimplifiedLayerNormalization), which no node of the mask path feeds; one self-attention block whose scores
+    add the mask, its residual Add and a LayerNormalization make `last_hidden_state`. The embeddings' output is an
+    output too (`hidden_states.0`, as an export with output_hidden_states gives it).
+
+    Token 3's embedding is 30000: its sum, 90000, is past 65504. On x86_64 up to 1.19.2 the sum and the norm run
+    in one fp32 island and stay finite; from 1.20.0 the norm has an fp16 kernel, the sum rounds to Inf on its
+    way in, and every position of a row holding token 3 turns NaN in both outputs (attention spreads it). What
+    flips alone is the second Add and the norm: neither reads attention_mask."""
+    fp16 = TensorProto.FLOAT16
+    mk = helper.make_node
+    rng = np.random.default_rng(3)
+    emb = (rng.standard_normal((vocab, width)) * 0.1).astype(np.float16)
+    emb[3] = 30000
+
+    def w(name):
+        return numpy_helper.from_array((rng.standard_normal((width, width)) * 0.3).astype(np.float16), name)
+
+    e, m = "/embeddings", "/encoder/layer.0/attention"
+    nodes = [
+        mk("Cast", ["attention_mask"], ["/mask/Cast_output_0"], name="/mask/Cast", to=fp16),
+        mk("Sub", ["/mask/one", "/mask/Cast_output_0"], ["/mask/Sub_output_0"], name="/mask/Sub"),
+        mk("Mul", ["/mask/Sub_output_0", "/mask/min"], ["/mask/Mul_output_0"], name="/mask/Mul"),
+        mk("Unsqueeze", ["/mask/Mul_output_0", "/mask/axis1"], ["/mask/Unsqueeze_output_0"], name="/mask/Unsqueeze"),
+        mk("Gather", ["word_embeddings", "input_ids"], [f"{e}/Gather_output_0"], name=f"{e}/Gather"),
+        mk("Add", [f"{e}/Gather_output_0", f"{e}/Gather_output_0"], [f"{e}/Add_output_0"], name=f"{e}/Add"),
+        mk("Add", [f"{e}/Add_output_0", f"{e}/Gather_output_0"], [f"{e}/Add_1_output_0"], name=f"{e}/Add_1"),
+        mk("SimplifiedLayerNormalization", [f"{e}/Add_1_output_0", "ln0_g"], ["hidden_states.0"],
+           name=f"{e}/norm/SimplifiedLayerNormalization", axis=-1, epsilon=1e-6),
+        mk("MatMul", ["hidden_states.0", "wq"], [f"{m}/q/MatMul_output_0"], name=f"{m}/q/MatMul"),
+        mk("MatMul", ["hidden_states.0", "wk"], [f"{m}/k/MatMul_output_0"], name=f"{m}/k/MatMul"),
+        mk("MatMul", ["hidden_states.0", "wv"], [f"{m}/v/MatMul_output_0"], name=f"{m}/v/MatMul"),
+        mk("Transpose", [f"{m}/k/MatMul_output_0"], [f"{m}/Transpose_output_0"], name=f"{m}/Transpose", perm=[0, 2, 1]),
+        mk("MatMul", [f"{m}/q/MatMul_output_0", f"{m}/Transpose_output_0"], [f"{m}/MatMul_output_0"],
+           name=f"{m}/MatMul"),
+        mk("Mul", [f"{m}/MatMul_output_0", "scale"], [f"{m}/Mul_output_0"], name=f"{m}/Mul"),
+        mk("Add", [f"{m}/Mul_output_0", "/mask/Unsqueeze_output_0"], [f"{m}/Add_output_0"], name=f"{m}/Add"),
+        mk("Softmax", [f"{m}/Add_output_0"], [f"{m}/Softmax_output_0"], name=f"{m}/Softmax", axis=-1),
+        mk("MatMul", [f"{m}/Softmax_output_0", f"{m}/v/MatMul_output_0"], [f"{m}/MatMul_1_output_0"],
+           name=f"{m}/MatMul_1"),
+        mk("MatMul", [f"{m}/MatMul_1_output_0", "wo"], [f"{m}/o/MatMul_output_0"], name=f"{m}/o/MatMul"),
+        mk("Add", [f"{m}/o/MatMul_output_0", "hidden_states.0"], [f"{m}/output/Add_output_0"],
+           name=f"{m}/output/Add"),
+        mk("LayerNormalization", [f"{m}/output/Add_output_0", "ln1_g", "ln1_b"], ["last_hidden_state"],
+           name=f"{m}/output/LayerNorm/LayerNormalization", axis=-1, epsilon=1e-5),
+    ]
+    inits = [numpy_helper.from_array(emb, "word_embeddings"), w("wq"), w("wk"), w("wv"), w("wo"),
+             numpy_helper.from_array(np.array(1.0, np.float16), "/mask/one"),
+             numpy_helper.from_array(np.array(-10000.0, np.float16), "/mask/min"),
+             numpy_helper.from_array(np.array([1], np.int64), "/mask/axis1"),
+             numpy_helper.from_array(np.array(width ** -0.5, np.float16), "scale"),
+             numpy_helper.from_array(np.ones(width, np.float16), "ln0_g"),
+             numpy_helper.from_array(np.ones(width, np.float16), "ln1_g"),
+             numpy_helper.from_array(np.zeros(width, np.float16), "ln1_b")]
+    graph = helper.make_graph(
+        nodes, "masked_encoder",
+        [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"])],
+        [helper.make_tensor_value_info(name, fp16, ["batch", "sequence", width])
+         for name in ("last_hidden_state", "hidden_states.0")], inits)
+    return helper.make_model(graph, opset_imports=OPSET, ir_version=8)
+
+
+def masked_encoder_inputs(rows: int = 4, length: int = 6) -> dict[str, np.ndarray]:
+    """`rows` rows of tokens 1 to 15, padded (mask 0, token 0) to `length`; row 2 holds token 3 (it turns NaN)."""
+    ids = (np.arange(rows * length).reshape(rows, length) % 12 + 4).astype(np.int64)
+    mask = np.ones((rows, length), np.int64)
+    for r in range(rows):
+        keep = length - r % 3
+        ids[r, keep:], mask[r, keep:] = 0, 0
+    ids[2, 1] = 3
+    return {"input_ids": ids, "attention_mask": mask}
 
 
 def wait_for_port(port: int, seconds: float = 30.0) -> None:

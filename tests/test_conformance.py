@@ -48,29 +48,10 @@ from conformance import Context, check_agrees
 
 pytestmark = pytest.mark.release
 
-PINNED = {"silero-vad": "6.2.3", "magika": "1.0.3", "onnx": "1.19.1"}
 FILES = {"silero": ("silero-vad", "silero_vad/data/silero_vad.onnx"),
          "magika": ("magika", "magika/models/standard_v3_3/model.onnx"),
          "rotary": ("onnx", "onnx/backend/test/data/node/test_rotary_embedding/model.onnx"),
          "attention_fp16": ("onnx", "onnx/backend/test/data/node/test_attention_4d_fp16/model.onnx")}
-
-
-def _wheel(cache_dir: Path, package: str) -> Path:
-    """The package's wheel unpacked (no dependencies) under the test cache, installed once under a lock."""
-    from harness.releases.uvtool import uv
-    from harness.results.locking import file_lock
-
-    version = PINNED[package]
-    root = cache_dir / "realmodels"
-    target = root / f"{package}-{version}"
-    root.mkdir(parents=True, exist_ok=True)
-    with file_lock(root / f"{package}-{version}.lock"):
-        if not (target / ".made").exists():
-            subprocess.run(["rm", "-rf", str(target)], check=True)
-            uv("pip", "install", "--quiet", "--no-deps", "--no-compile", "--target", str(target),
-               f"{package}=={version}", what=f"installing {package}=={version}")
-            (target / ".made").touch()
-    return target
 
 
 # Public converters, each run at test time in a uv environment of pinned packages; what they write is kept in the
@@ -131,21 +112,6 @@ def _converted(cache_dir: Path, converter: str, model: Path | None, name: str) -
     return out
 
 
-def _pb_batch(model_dir: Path, dest: Path) -> Path:
-    """The onnx backend test's input_*.pb as one .npz keyed by the model's input names."""
-    import onnx
-    from onnx import numpy_helper
-
-    names = [i.name for i in onnx.load(model_dir / "model.onnx", load_external_data=False).graph.input]
-    arrays = {}
-    for i, name in enumerate(names):
-        tensor = onnx.TensorProto()
-        tensor.ParseFromString((model_dir / "test_data_set_0" / f"input_{i}.pb").read_bytes())
-        arrays[name] = numpy_helper.to_array(tensor)
-    np.savez(dest, **arrays)
-    return dest
-
-
 @pytest.fixture(scope="module")
 def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     """Each model's file and a batch for it."""
@@ -157,8 +123,8 @@ def models(cache_dir, tmp_path_factory) -> dict[str, tuple[Path, Path]]:
     np.savez(d / "magika.npz", bytes=rng.integers(0, 257, (rows, 2048)).astype(np.int32))
     out = {}
     for name, (package, path) in FILES.items():
-        model = _wheel(cache_dir, package) / path
-        batch = _pb_batch(model.parent, d / f"{name}.npz") if package == "onnx" else d / f"{name}.npz"
+        model = builders.real_package(cache_dir, package) / path
+        batch = builders.pb_batch(model.parent, d / f"{name}.npz") if package == "onnx" else d / f"{name}.npz"
         out[name] = (model, batch)
     out["silero_int8"] = (_converted(cache_dir, "int8", out["silero"][0], "silero_vad"), out["silero"][1])
     out["magika_qdq"] = (_converted(cache_dir, "qdq", out["magika"][0], "magika"), out["magika"][1])

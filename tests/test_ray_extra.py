@@ -60,3 +60,21 @@ def test_a_foreign_arch_on_a_cluster_is_emulated_only_where_backend_qemu_asks(ca
     assert proc.returncode == 2, proc.stderr[-2000:]
     line, = proc.stderr.strip().splitlines()
     assert "emulated only where --backend qemu asks for it" in line
+
+
+@pytest.mark.release
+def test_reduce_takes_its_ray_address_too(bisect, cache_dir, tmp_path):
+    """`reduce --ray-address` goes to the reduction's plan: without the extra it is refused in one line before any
+    probe, never ignored with the candidates probed here."""
+    results = tmp_path / "results"
+    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--offline", "--json",
+               results=results)
+    assert r.returncode == 0, r.stderr
+    started = "import sys; sys.modules['ray'] = None; from harness.cli import main; sys.exit(main())"
+    proc = subprocess.run([sys.executable, "-c", started, "reduce", r.json()["run_id"], "--results-dir", str(results),
+                           "--offline", "--cache-dir", str(cache_dir), "--ray-address", "127.0.0.1:1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    line, = proc.stderr.strip().splitlines()
+    assert "Ray is not installed" in line
+    assert not (results / r.json()["run_id"] / "reduced" / "probes.jsonl").exists()

@@ -273,3 +273,94 @@ def test_reduce_says_it_reduced_nothing_and_why_with_its_own_exit_status(bisect,
     doc = json.loads((results / run_id / "reduced" / "reduce.json").read_text())
     assert doc["reduced"] is False and doc["verified"]["flips"]
     assert doc["not_reduced"] == {"rows": "the batch has one row", "nodes": "only rows were asked (--rows-only)"}
+
+
+# --- cuts fed what they read; candidates no release judged said rejected -------------------------------------
+
+
+@pytest.mark.release
+def test_a_cut_that_leaves_the_attention_mask_unused_is_fed_without_it(bisect, tmp_path, fresh_python):
+    """A BERT-shaped encoder whose embeddings' norm flips (builders.masked_encoder_model): the cuts that flip read
+    input_ids alone. Fed the whole batch, onnxruntime refused each of them on both releases ("Invalid input name:
+    attention_mask") and the reduction stopped at the first node reading both inputs (6 nodes); fed what it
+    reads, a cut reaches the two nodes that flip, and the reduced repro keeps only what they read."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.masked_encoder_model(), d / "encoder.onnx")
+    np.savez(d / "batch.npz", **builders.masked_encoder_inputs())
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    assert (r.json()["last_good"], r.json()["first_bad"]) == ("1.19.2", "1.20.0")
+    run_id = r.json()["run_id"]
+    red = bisect("reduce", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert red.returncode == 0, red.stderr
+    doc = red.json()
+    assert doc["verified"]["flips"] and doc["rows"]["kept"] == [2]
+    assert doc["nodes"]["kept"] == ["/embeddings/Add_1", "/embeddings/norm/SimplifiedLayerNormalization"]
+    assert doc["positions"] == {"before": 4, "after": 1}
+    assert "Invalid input name" not in red.stderr and doc["candidates"]["rejected"] == 0, red.stderr
+    with np.load(results / run_id / "reduced" / "inputs.npz") as kept:
+        assert sorted(kept.files) == sorted(doc["model"]["inputs"]) and "attention_mask" not in kept.files
+    # the report's repro.py runs that reduced model on its inputs: good on the last good release, bad on the first bad
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    for version, rc in (("1.19.2", 0), ("1.20.0", 1)):
+        out = run_script(fresh_python(version), results / run_id / "repro.py")
+        assert out.returncode == rc and "reduced model" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.release
+def test_candidates_no_release_judges_are_said_rejected_and_counted(bisect, tmp_path, cache_dir):
+    """The onnx package's own backend test of an fp16 Attention written out op by op: its outputs change bits at
+    1.29.0 (measured against 1.28.0: 0.000488). Its inputs' dims are fixed at 2 rows, so the one-row batches the
+    rows' delta debugging tries do not run on either release: those candidates are said rejected, never as an
+    error of the release, and counted in the summary and reduce.json. A capture is said as one, not judged. The
+    cut that flips reads two of Q, K and V: fed all three it was refused, and the reduction stopped at 3 nodes."""
+    model_dir = builders.real_package(cache_dir, "onnx") / "onnx/backend/test/data/node/test_attention_4d_fp16_expanded"
+    batch = builders.pb_batch(model_dir, tmp_path / "batch.npz")
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model_dir / "model.onnx"), "--inputs", str(batch), "--from", "1.28.0", "--to",
+               "1.29.0", "--bad-if", "abs-diff>0", "--reference-release", "1.28.0", "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    assert (r.json()["last_good"], r.json()["first_bad"]) == ("1.28.0", "1.29.0")
+    run_id = r.json()["run_id"]
+    red = bisect("reduce", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir))
+    assert red.returncode == 0, red.stdout + red.stderr
+    said = " ".join(red.stderr.split())  # a long line wraps at the console's width
+    refused = re.findall(r"onnxruntime (1\.2[89]\.0) +candidate rejected: it does not run on \1 \(InvalidArgument", said)
+    assert sorted(refused) == ["1.28.0", "1.28.0", "1.29.0", "1.29.0"], red.stderr
+    assert not re.search(r"onnxruntime 1\.2[89]\.0 +error", said), red.stderr
+    assert "captured the values a cut is fed" in said and "no comparison with the reference" not in said, red.stderr
+    doc = json.loads((results / run_id / "reduced" / "reduce.json").read_text())
+    tried = doc["candidates"]
+    assert tried["rejected"] == 2 and tried["tried"] > 2 and [w["count"] for w in tried["reasons"]] == [2]
+    assert tried["reasons"][0]["why"].startswith("it does not run on either release (InvalidArgument")
+    assert f"{tried['tried']} candidates tried, 2 rejected" in red.stdout, red.stdout
+    assert doc["verified"]["flips"] and doc["nodes"]["after"] == 2
+
+
+def test_what_a_rejected_candidate_s_probes_say():
+    from harness.triage.reduce import candidates_tried, probe_said, rejected_why
+
+    def rec(version, status, verdict, why, stage=None, **tag):
+        return {"version": version, "status": status, "verdict": verdict, "why": why,
+                "result": {"stage": stage} if stage else None, **(tag or {"candidate": "c1"})}
+
+    loads_not = [rec(v, "error", "error", "Fail: no kernel (at session)", "session") for v in ("1.19.2", "1.20.0")]
+    assert rejected_why(loads_not) == "it does not load on either release (Fail: no kernel)"
+    assert probe_said(loads_not[1]) == "candidate rejected: it does not load on 1.20.0 (Fail: no kernel)"
+    one = [rec("1.19.2", "ran", "good", "0 NaN rows"), rec("1.20.0", "crash", "crash", "worker killed by SIGSEGV")]
+    assert rejected_why(one) == "it crashes the worker on 1.20.0 (worker killed by SIGSEGV)"
+    unjudged = rec("1.20.0", "ran", "error", "no comparison with the reference")
+    assert probe_said(unjudged) == "candidate rejected: it cannot be judged on 1.20.0 (no comparison with the reference)"
+    assert rejected_why([rec("1.19.2", "ran", "good", "x"), rec("1.20.0", "ran", "bad", "y")]) is None
+    # a capture is judged by nothing: it ran, or the cuts it feeds are rejected
+    assert probe_said(rec("1.19.2", "ran", "error", "no comparison", capture="k")) == "captured the values a cut is fed"
+    assert probe_said(rec("1.19.2", "error", "bad", "Fail: x (at run)", "run", capture="k")) == \
+        "candidate rejected: its inner tensors cannot be captured (the model exposing them does not run on 1.19.2: Fail: x)"
+    # a probe of no candidate (a search's) keeps its verdict
+    assert probe_said({"version": "1.20.0", "status": "error", "verdict": "error", "why": "x"}) is None
+    assert candidates_tried({"a": None, "b": "w1", "c": "w2", "d": "w1"}) == {
+        "tried": 4, "rejected": 3, "reasons": [{"why": "w1", "count": 2}, {"why": "w2", "count": 1}]}

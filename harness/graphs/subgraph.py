@@ -104,6 +104,12 @@ def model_bytes(model: onnx.ModelProto) -> bytes:
     return model.SerializeToString()
 
 
+def fed(model: onnx.ModelProto, arrays: dict) -> dict:
+    """The arrays the model takes as inputs, in its inputs' order: a subgraph's inputs are the tensors it reads
+    (Graph.sub), and onnxruntime refuses a run fed one it does not declare ("Invalid input name")."""
+    return {i.name: arrays[i.name] for i in model.graph.input if i.name in arrays}
+
+
 def needed(graph: Graph, keep: list[int], output: str, fed: set[str]) -> list[int]:
     """The kept nodes `output` still depends on when the tensors in `fed` are given."""
     allowed, seen, stack = set(keep), set(), [output]

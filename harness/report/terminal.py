@@ -123,9 +123,9 @@ class ProbeLines:
             how += f"; probe {self._position(self.count)}" if self.at_most is not None else ""
         else:
             lead = f"probe {self._position(self.count):>2}: "
-        self.bar.console.print(f"{lead}{plain(record.get('package') or 'onnxruntime')} {plain(record['version']):<8} "
-                               f"[{VERDICT_STYLE.get(record['verdict'], '')}]{plain(record['verdict']):<7}[/] "
-                               f"{plain(record.get('why') or '')} ({how})")
+        said = plain(record["said"]) if record.get("said") else (  # a reduction's: no verdict, not the release's error
+            f"[{VERDICT_STYLE.get(record['verdict'], '')}]{plain(record['verdict']):<7}[/] {plain(record.get('why') or '')}")
+        self.bar.console.print(f"{lead}{plain(record.get('package') or 'onnxruntime')} {plain(record['version']):<8} {said} ({how})")
 
 
 def profile_table(doc: dict) -> Group | str:
@@ -248,7 +248,7 @@ def compare_range_table(doc: dict) -> Table:
 def reduction_summary(doc: dict) -> str:
     """What `bisect reduce` kept, and how it was verified (rich markup)."""
     good, bad = doc["pair"]
-    v, pos = doc["verified"]["verdicts"], doc["positions"]
+    v, pos, c = doc["verified"]["verdicts"], doc["positions"], doc.get("candidates") or {}
     lines = [f"rows {doc['rows']['before']} -> {doc['rows']['after']} (kept {doc['rows']['kept']}), "
              f"nodes {doc['nodes']['before']} -> {doc['nodes']['after']}"
              + (f", positions {pos['before']} -> {pos['after']}" if pos.get("before") else "")]
@@ -257,14 +257,14 @@ def reduction_summary(doc: dict) -> str:
     if doc.get("rows", {}).get("axes"):
         lines.append("rows cut along " + plain(", ".join(f"{k} axis {a}" for k, a in doc["rows"]["axes"].items()
                                                           if a is not None)))
+    lines += [f"{r['count']} candidates rejected: {plain(r['why'])}" for r in c.get("reasons") or []]  # no verdict
+    probes = (f"{c['tried']} candidates tried, {c['rejected']} rejected; " if c else "") + \
+        f"{doc['probes']['made']} probes ({doc['probes']['reused']} reused), {doc['seconds']:.1f} s"
     if doc.get("reduced") is False:  # nothing dropped: the full model and batch, said so rather than "verified"
         why = "; ".join(f"{k}: {w}" for k, w in (doc.get("not_reduced") or {}).items())
         lines.append(f"nothing reduced: {plain(why or 'no row and no node could be dropped')}")
-        lines.append(f"the full model and batch: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; "
-                     f"{doc['probes']['made']} probes ({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
-        return "\n".join(lines)
-    lines.append(f"verified: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; {doc['probes']['made']} probes "
-                 f"({doc['probes']['reused']} reused), {doc['seconds']:.1f} s")
+    head = "the full model and batch" if doc.get("reduced") is False else "verified"
+    lines.append(f"{head}: {plain(good)} {verdict(v[good])}, {plain(bad)} {verdict(v[bad])}; {probes}")
     return "\n".join(lines)
 
 

@@ -14,7 +14,12 @@ computes (an fp16 tensor an fp32 island kept finite reads Inf once exposed).
    order: the output moves to the earliest node whose output still flips
    (bisection, then a linear finish), the inputs move to the latest cut that
    still flips, every tensor crossing the cut fed with values captured on L.
-   Original node names, opset and domains are kept.
+   A cut is fed only the inputs it reads. Original node names, opset and
+   domains are kept.
+
+A candidate a release gives no verdict (it does not load or run there, crashes
+the worker, cannot be compared) is rejected, neither kept nor a step that does
+not flip: its progress line says so (Saying), and reduce.json counts them.
 
 Candidates are judged as the run's question judges (harness.session.asked_of_run),
 every predicate included. A question that compares with a reference compares
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import re
 import shutil
 import time
 from dataclasses import dataclass, field
@@ -47,7 +53,7 @@ import onnx
 
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.graphs import surgery
-from harness.graphs.subgraph import Graph, model_bytes, needed
+from harness.graphs.subgraph import Graph, fed, model_bytes, needed
 from harness.metrics import probe_metrics
 from harness.models.inputs import MASK_INPUT, axes_rows, bad_rows, batch_axes, take_rows
 from harness.probe import Observer, ProbeJob, Prober, serving
@@ -133,7 +139,77 @@ class Against:
         return {k: v for k, v in take_rows({**ref, **mask}, kept, axes).items() if k not in mask}
 
 
-NOT_COMPARED = "no reference values for this candidate (the last good release did not run it)"
+NOT_COMPARED = "no reference values for this candidate: the last good release did not run it"
+
+# What a release that gives a candidate one of these verdicts says of it: nothing. The candidate is rejected (it is
+# neither kept nor a step that does not flip): not a finding about the release.
+NO_VERDICT = ("error", "skip", "crash", "timeout")
+_DID = {"crash": "crashes the worker", "timeout": "runs out of time", "skip": "is skipped"}
+
+
+def _refusal(judged: dict) -> tuple[str, str] | None:
+    """(what the release did with the candidate, why) when its probe gives no verdict, else None. A capture is
+    refused by its status: it is there for the values, whatever the question makes of them."""
+    verdict = judged.get("status") if judged.get("capture") else judged.get("verdict")
+    if verdict not in NO_VERDICT:
+        return None
+    why = str(judged.get("why") or verdict)
+    if verdict != "error":
+        return _DID[verdict], why
+    if judged.get("status") == "ran":  # it ran, and the question could not judge it (no comparison)
+        return "cannot be judged", why
+    stage = (judged.get("result") or {}).get("stage")  # where the worker stopped, also said at the reason's end
+    return ("does not run" if stage in ("run", "timing") else "does not load"), \
+        re.sub(r" \(at \w+\)$", "", why)
+
+
+def probe_said(judged: dict) -> str | None:
+    """What a reduction's probe says in place of its verdict on its progress line: a candidate rejected (its
+    release gave it no verdict: "candidate rejected: it does not load on 1.20.0 (...)"), or values captured (a
+    capture is no candidate: the question does not judge it); None where the verdict says it."""
+    if not (judged.get("candidate") or judged.get("capture")):
+        return None
+    refused = _refusal(judged)
+    if judged.get("capture"):
+        if refused is None:
+            return "captured the values a cut is fed"
+        did, why = refused
+        return (f"candidate rejected: its inner tensors cannot be captured (the model exposing them {did} on "
+                f"{judged['version']}: {why})")
+    return None if refused is None else f"candidate rejected: it {refused[0]} on {judged['version']} ({refused[1]})"
+
+
+class Saying:
+    """The observer of a reduction's probes: each record it hears carries what it says in place of its verdict
+    (`said`, probe_said), which the progress line shows instead of an "error" that would read as the release's."""
+
+    def __init__(self, observer: Observer):
+        self.observer = observer
+
+    def expect(self, left: int | None, step: str | None = None) -> None:
+        self.observer.expect(left, step)
+
+    def probe_started(self, version: str) -> None:
+        self.observer.probe_started(version)
+
+    def probe_waiting(self, version: str) -> None:
+        self.observer.probe_waiting(version)
+
+    def probe_finished(self, record: dict, reused: bool) -> None:
+        said = probe_said(record)
+        self.observer.probe_finished({**record, "said": said} if said else record, reused)
+
+
+def rejected_why(judged: list[dict]) -> str | None:
+    """Why a candidate is rejected, from its probes on the pair ("it does not load on either release (...)");
+    None when every release judged it."""
+    found = [(j["version"], r) for j in judged if (r := _refusal(j)) is not None]
+    if not found:
+        return None
+    if len(found) == len(judged) > 1 and len({r for _, r in found}) == 1:
+        did, why = found[0][1]
+        return f"it {did} on either release ({why})"
+    return "; ".join(f"it {did} on {version} ({why})" for version, (did, why) in found)
 
 
 @dataclass
@@ -153,10 +229,12 @@ class Checker:
     reused: int = 0
     reference_used: dict | None = None  # what B's last verdict was compared with (kept beside the reduction)
     observer: Observer | None = None  # hears of each probe made, and of each step's bound (the progress lines)
+    tried: dict = field(default_factory=dict)  # each candidate judged (id -> why it is rejected, None when judged)
     _done: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate, observer=self.observer)
+        self._prober = Prober(self.plan.runner, self.store, self.plan.predicate,
+                              observer=Saying(self.observer) if self.observer else None)
         self._files = self.store.subdir("candidates")
         for rec in self.store.records():
             if rec.get("candidate") and rec.get("question") == (self.question if self.against else rec.get("question")):
@@ -195,7 +273,12 @@ class Checker:
         return cid, model_path, inputs_path
 
     def verdicts(self, model, arrays, outputs: tuple[str, ...] = (), kept: list[int] | None = None) -> dict[str, str]:
-        """The verdicts of a candidate on L and B; `kept`: the rows of the batch it keeps (None: all of them)."""
+        """The verdicts of a candidate on L and B; `kept`: the rows of the batch it keeps (None: all of them).
+
+        A cut is fed only the inputs it reads: the batch's others (an attention_mask the kept nodes never use)
+        would make onnxruntime refuse it on both releases, and the cut that flips go untried."""
+        if isinstance(model, onnx.ModelProto):
+            arrays = fed(model, arrays)
         cid, model_path, inputs_path = self.write(model, arrays)
         job = ProbeJob(model_path, inputs_path, outputs, self.plan.job.session_options, self.plan.job.timeout)
         tags = {"candidate": cid, **({"question": self.question} if self.against and self.question else {})}
@@ -206,7 +289,7 @@ class Checker:
             rec = self._done.get((cid, release.version))
             if rec is not None:
                 self.reused += 1
-                return release.version, judge(rec, self.plan.predicate)["verdict"]
+                return release.version, judge(rec, self.plan.predicate)
             measure = None
             if a is not None:
                 def measure(r: dict) -> dict:
@@ -218,7 +301,7 @@ class Checker:
             probed = self._prober.probe(release, job, tags=tags, outputs=saved[release.version] if a else None,
                                         measure=measure)
             self._done[(cid, release.version)] = probed.record
-            return release.version, probed.verdict
+            return release.version, probed.judged
 
         if a is not None and a.rows is None:
             # B is compared with L's outputs on this very candidate: L first (again when its outputs are gone)
@@ -227,12 +310,14 @@ class Checker:
             found = dict([one(self.good)])
             self.reference_used = load_outputs(saved[self.good.version])
             found.update([one(self.bad, self.reference_used)])
-            return found
-        if a is not None:
-            self.reference_used = a.cut(self.bad.version, kept)
-        with serving(2, stop=self._prober) as pool:  # the pair at once
-            refs = {r.version: a.cut(r.version, kept) if a else None for r in (self.good, self.bad)}
-            return dict(pool.map(lambda r: one(r, refs[r.version]), (self.good, self.bad)))
+        else:
+            if a is not None:
+                self.reference_used = a.cut(self.bad.version, kept)
+            with serving(2, stop=self._prober) as pool:  # the pair at once
+                refs = {r.version: a.cut(r.version, kept) if a else None for r in (self.good, self.bad)}
+                found = dict(pool.map(lambda r: one(r, refs[r.version]), (self.good, self.bad)))
+        self.tried[cid] = rejected_why(list(found.values()))
+        return {version: j["verdict"] for version, j in found.items()}
 
     def known(self, model: Path, arrays: dict[str, np.ndarray], records: dict[str, dict]) -> None:
         """Take the run's own probes of the unreduced model and batch (its search just made them, with the
@@ -256,8 +341,12 @@ class Checker:
             _, _, inputs_path = self.write(model_path, arrays)
             exposed = surgery.expose(model_path, names, self._files / f"exposed-{cid}", infos)
             job = ProbeJob(exposed, inputs_path, tuple(names), self.plan.job.session_options, self.plan.job.timeout)
-            rec = self._prober.probe(self.good, job, tags={"capture": cid}, outputs=saved).record
-            if rec["status"] != "ran" or not saved.exists():
+            probed = self._prober.probe(self.good, job, tags={"capture": cid}, outputs=saved)
+            if probed.record["status"] != "ran" or not saved.exists():  # the cuts fed from it are rejected
+                refused = _refusal(probed.judged)
+                self.tried[f"capture-{cid}"] = "its inner tensors cannot be captured" + (
+                    f" (the model exposing them {refused[0]} on {self.good.version}: {refused[1]})" if refused
+                    else f": {self.good.version} saved none of them")
                 return None
         with np.load(saved) as data:
             return {k: data[k] for k in data.files}
@@ -415,6 +504,15 @@ def reduce_positions(checker: Checker, model: onnx.ModelProto, arrays: dict[str,
     return take_positions(arrays, sorted(kept), length)
 
 
+def candidates_tried(tried: dict[str, str | None], reasons: int = 5) -> dict:
+    """The candidates a reduction judged, those rejected (no verdict on a release of the pair) and the most
+    frequent reasons why, each with its count."""
+    why = [w for w in tried.values() if w is not None]
+    counts = sorted(((why.count(w), w) for w in set(why)), key=lambda c: (-c[0], c[1]))
+    return {"tried": len(tried), "rejected": len(why),
+            "reasons": [{"why": w, "count": n} for n, w in counts[:reasons]]}
+
+
 class NoFlip(Exception):
     """The full model does not flip between the pair on this target: nothing to reduce (probes ran)."""
 
@@ -461,7 +559,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
         if why_nodes:
             why_not["nodes"] = why_nodes
         if found is not None and not why_nodes:
-            reduced_model, reduced_inputs = found
+            reduced_model, reduced_inputs = found[0], fed(*found)  # inputs.npz: what the reduced model reads
             if MASK_INPUT in arrays:  # token inputs: axis 1 of the fed tensors is the sequence
                 positions["before"] = sequence_length(reduced_inputs)
                 reduced_inputs = reduce_positions(checker, reduced_model, reduced_inputs)
@@ -501,6 +599,7 @@ def reduce_run(plan, good, bad, arrays: dict[str, np.ndarray], bad_outputs: dict
         "question": question,
         "predicate": str(plan.predicate),
         "reference": reference,
+        "candidates": candidates_tried(checker.tried),
         "probes": {"made": checker.probes, "reused": checker.reused, "probe_seconds": round(checker.seconds, 3)},
         "seconds": round(time.perf_counter() - t0, 3),
         "provenance": plan.runner.provenance(),
