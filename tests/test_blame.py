@@ -355,3 +355,31 @@ def test_blame_in_containers_brings_the_optimized_graphs_and_logs_back(bisect, t
     assert "SimplifiedLayerNormFusion" in doc["session_logs"]["1.20.0"]["ran"]
     norm = {row["node"]: row for row in doc["kernels"]["nodes"]}["/model/norm/SimplifiedLayerNormalization"]
     assert (norm["good"]["precision"], norm["bad"]["precision"]) == ("fp32-island", "fp16")
+
+
+def test_a_removed_node_is_said_to_be_removed_and_nodes_changed_alike_are_one_sentence_with_their_count():
+    """residual_stack 1.19.2 -> 1.20.0 once read "`/model/layers.39/Add` runs removed (Add (fused into
+    `/model/norm/SimplifiedLayerNormalization`))", one sentence per node, for three nodes alike, while the report
+    named one suspect. A removed node is said to be removed; nodes that changed the same way are one sentence with
+    their count, in the order given (the run's suspect first); a node that ran alike on both is in none."""
+    from harness.blame.kernels import groups
+
+    def k(node, precision, op="SimplifiedLayerNormalization", into=None):
+        return Kernel(node, op, "ai.onnx", None if precision == "removed" else "CPUExecutionProvider", precision,
+                      into or node, ("fp16",), ("fp16",), 0)
+
+    removed = k("/model/layers.39/Identity", "removed", "Identity", "/model/norm/SimplifiedLayerNormalization")
+    said = sentence("1.19.2", k("/model/layers.39/Identity", "fp32-island", "Identity"), "1.20.0", removed)
+    assert said == ("in 1.20.0, `/model/layers.39/Identity` is removed by the optimizer (its output goes on to "
+                    "`/model/norm/SimplifiedLayerNormalization`); in 1.19.2 it ran in fp32 between inserted Casts, "
+                    "as Identity on the CPU provider")
+    assert "runs removed" not in said and "fused into" not in said
+    norms = ["/model/norm/SimplifiedLayerNormalization", "/model/layers.0/ln", "/model/layers.1/ln"]
+    on_bad = {n: k(n, "fp16") for n in norms} | {"/model/layers.2/Add": k("/model/layers.2/Add", "fp32-island", "Add")}
+    on_good = {n: k(n, "fp32-island") for n in norms} | {"/model/layers.2/Add": on_bad["/model/layers.2/Add"]}
+    found = groups("1.19.2", on_good, "1.20.0", on_bad, [*norms, "/model/layers.2/Add"], shown=2)
+    assert [g["nodes"] for g in found] == [norms]
+    assert found[0]["sentence"] == (
+        "in 1.20.0, 3 SimplifiedLayerNormalization nodes (`/model/norm/SimplifiedLayerNormalization`, "
+        "`/model/layers.0/ln` and 1 more) run as an fp16 SimplifiedLayerNormalization on the CPU provider; in 1.19.2 "
+        "they ran in fp32 between inserted Casts, as SimplifiedLayerNormalization")

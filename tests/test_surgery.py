@@ -548,3 +548,35 @@ def test_a_first_difference_the_statistics_do_not_show_is_not_called_a_differenc
     text = diff(a, b, parse_predicate("abs-diff>1")).explanation
     assert "with an absolute difference of 0.5 in its statistics (min, max, largest |x|), within the run's " \
            "tolerance (abs-diff>1)." in text
+
+
+def test_a_fused_island_cast_back_to_fp16_is_the_fusion_not_a_removal():
+    """residual_stack on x86_64 1.20.0: the last layer's MatMul and Add are fused into a Gemm in an fp32 island, and
+    an inserted Cast turns its output back into the fp16 `/Add_output_0` the now native norm reads. The walk from
+    the Add once skipped that Cast and landed on the norm: "removed" into it, as if the Add never ran."""
+    a = "/model/layers.39/Add_output_0"
+    x = helper.make_tensor_value_info("x", F16, ["batch", 8])
+    y = helper.make_tensor_value_info("y", F16, ["batch", 8])
+    w = numpy_helper.from_array(np.ones((8, 8), np.float16), "w")
+    orig = helper.make_model(helper.make_graph([
+        helper.make_node("MatMul", ["x", "w"], ["mm"], name="/model/layers.39/mlp/down/MatMul"),
+        helper.make_node("Add", ["mm", "x"], [a], name="/model/layers.39/Add"),
+        helper.make_node("Identity", [a], ["i"], name="/model/layers.39/Identity"),
+        helper.make_node("SimplifiedLayerNormalization", ["i", "/model/norm/weight"], ["y"],
+                         name="/model/norm/SimplifiedLayerNormalization"),
+    ], "stack", [x], [y], [w, W16]), opset_imports=builders.OPSET, ir_version=8)
+    gemm = "/model/layers.39/mlp/down/MatMul/MatMulAddFusion/"
+    opt = _opt_model([
+        _cast("x", F32), _cast("w", F32),
+        helper.make_node("Gemm", [P + "x", P + "w", P + "x"], [P + a], name=gemm),
+        _cast(P + a, F16, out=a, name=P + a),
+        helper.make_node("SimplifiedLayerNormalization", [a, "/model/norm/weight"], ["y"],
+                         name="/model/norm/SimplifiedLayerNormalization"),
+    ], [("x", F16)], [("y", F16)], [w, W16])
+    pm = precision.precision_map(orig, opt)
+    for node in ("/model/layers.39/mlp/down/MatMul", "/model/layers.39/Add"):
+        assert (pm[node].precision, pm[node].ran_as, pm[node].optimized_node, pm[node].fused_precision) == \
+            ("fused", "Gemm", gemm, "fp32-island"), node
+    ident = pm["/model/layers.39/Identity"]
+    assert (ident.precision, ident.optimized_node) == ("removed", "/model/norm/SimplifiedLayerNormalization")
+    assert pm["/model/norm/SimplifiedLayerNormalization"].precision == "fp16"

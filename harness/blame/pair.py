@@ -41,6 +41,7 @@ BLAME_DOC = "blame"
 LEVELS = ("disable", "basic", "extended")  # below "all", in order; "layout" only in releases that have it
 OPT_DATA_MIN_BYTES = 1024  # initializers above this go beside the saved optimized graph, not into it
 KERNEL_NODES = 8  # nodes named in the kernel section at most
+NAMED_BY_RUN = "the run's reduction or explanation"
 
 
 class NoFlip(Exception):
@@ -246,16 +247,21 @@ def _kernels(plan, pp: PairProber, good, bad, logs: dict, nodes: list[str]) -> d
                          "saves none), so no kernel is named"}
     g, b = graphs[good.version], graphs[bad.version]
     changed = kern.changed_nodes(original, g, b)
-    # the reduction's nodes that ran differently first, then the rest of them; without any, the changed ones
+    # the run's nodes (the explanation's suspect, then the reduction's) that ran differently first, then the rest of
+    # them; without any, the changed ones
     named = [n for n in nodes if n in changed] + [n for n in nodes if n not in changed] if nodes else changed
     named = list(dict.fromkeys(named))[:KERNEL_NODES]
-    on_good = kern.kernels(original, g, logs[good.version], named)
-    on_bad = kern.kernels(original, b, logs[bad.version], named)
+    every = list(dict.fromkeys([*named, *changed]))  # said by how they changed, with counts: every changed node
+    on_good = kern.kernels(original, g, logs[good.version], every)
+    on_bad = kern.kernels(original, b, logs[bad.version], every)
     rows = [{"node": n, "good": on_good[n].document() if n in on_good else None, "bad": on_bad[n].document(),
              "sentence": kern.sentence(good.version, on_good.get(n), bad.version, on_bad[n])}
             for n in named if n in on_bad]
-    return {"nodes": rows, "named_by": "the run's reduction or explanation" if nodes else
+    grouped = kern.groups(good.version, on_good, bad.version, on_bad, every)
+    apart = {n for grp in grouped for n in grp["nodes"]}
+    return {"nodes": rows, "named_by": NAMED_BY_RUN if nodes else
             "the nodes that ran differently on the two releases", "changed_nodes": len(changed),
+            "groups": grouped, "alike": [r["node"] for r in rows if r["node"] not in apart],
             "graphs": kern.graph_changes(g, b)}
 
 
@@ -319,10 +325,25 @@ def said(doc: dict) -> str:
                        f"`{level['bad_from']}`: an optimization of that level that `disabled_optimizers` does not reach.")
         elif level:
             out.append(f"{B} is bad even with graph optimizations disabled: the change is in a kernel or the runtime.")
-    rows = (doc.get("kernels") or {}).get("nodes") or []
-    for row in rows[:3]:
-        out.append(row["sentence"][0].upper() + row["sentence"][1:] + ".")
-    unnamed = (doc.get("kernels") or {}).get("error")
+    kernels = doc.get("kernels") or {}
+    rows = kernels.get("nodes") or []
+    grouped = kernels.get("groups") or []
+    # one sentence per way the nodes changed, the run's suspect first; many changed alike are one, with a count
+    for grp in grouped[:3]:
+        out.append(grp["sentence"][0].upper() + grp["sentence"][1:] + ".")
+    if len(grouped) > 3:
+        rest = grouped[3:]
+        out.append(f"{sum(len(grp['nodes']) for grp in rest)} more nodes changed in {len(rest)} other "
+                   f"way{'s' if len(rest) > 1 else ''}.")
+    alike = kernels.get("alike") or []
+    if alike and grouped and kernels.get("named_by") == NAMED_BY_RUN:
+        listed = ", ".join(f"`{n}`" for n in alike[:3]) + (f" and {len(alike) - 3} more" if len(alike) > 3 else "")
+        out.append(f"{len(alike)} other node{'s' if len(alike) > 1 else ''} of those {kernels['named_by']} "
+                   f"name{'' if len(alike) > 1 else 's'} ran alike on both releases ({listed}).")
+    elif rows and not grouped:
+        out.append(f"The nodes {kernels['named_by']} name ran alike on both releases: the change is inside a "
+                   "kernel that kept its op, precision and provider.")
+    unnamed = kernels.get("error")
     if unnamed and not rows:
         out.append(unnamed[0].upper() + unnamed[1:] + ".")
     commits = doc.get("commits")
@@ -377,15 +398,16 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
 
 
 def _named_nodes(store: RunStore, reduced_dir: Path) -> list[str]:
-    """The nodes the run's reduction kept, else the explanation's suspect: what the kernel section names."""
+    """The explanation's suspect (the node the report names), then the nodes the run's reduction kept: what the
+    kernel section names first."""
     from harness.results.store import EXPLANATION
 
     reduced = RunStore(reduced_dir).document("reduce") if reduced_dir.is_dir() else None
     names = []
+    expl = store.document(EXPLANATION)
+    if isinstance(expl, dict) and isinstance(expl.get("suspect"), str):  # first: the node the report names
+        names.append(expl["suspect"])
     if isinstance(reduced, dict) and isinstance(reduced.get("nodes"), dict):
         kept = reduced["nodes"].get("kept") or []
-        names = [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
-    expl = store.document(EXPLANATION)
-    if isinstance(expl, dict) and isinstance(expl.get("suspect"), str):
-        names.append(expl["suspect"])
-    return names
+        names += [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
+    return list(dict.fromkeys(names))
