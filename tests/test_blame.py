@@ -383,3 +383,43 @@ def test_a_removed_node_is_said_to_be_removed_and_nodes_changed_alike_are_one_se
         "in 1.20.0, 3 SimplifiedLayerNormalization nodes (`/model/norm/SimplifiedLayerNormalization`, "
         "`/model/layers.0/ln` and 1 more) run as an fp16 SimplifiedLayerNormalization on the CPU provider; in 1.19.2 "
         "they ran in fp32 between inserted Casts, as SimplifiedLayerNormalization")
+
+
+@pytest.mark.release
+def test_a_run_with_graph_optimizations_disabled_says_so_first_and_blame_searches_no_transformer(bisect, tmp_path,
+                                                                                               residual_norm):
+    """residual_norm under --graph-opt disable, 1.19.2 -> 1.20.0 (the norm's fp16 kernel is new in 1.20.0, at every
+    level). The report's first lines never said the optimizer was off, and blame searched the transformers "that
+    ran" (the passes every session applies, which `disabled_optimizers` does not reach) and the levels below
+    `disable`. The title and the first sentence say it, the report says what the default options show (a run of
+    them beside it), and blame says the transformer search does not apply, probing only the look."""
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    runs = {}
+    for name, extra in (("disabled", ("--graph-opt", "disable")), ("defaults", ())):
+        r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", *extra,
+                   "--json", results=results)
+        assert r.returncode == 0, r.stderr
+        runs[name] = r.json()
+        assert (runs[name]["last_good"], runs[name]["first_bad"]) == ("1.19.2", "1.20.0")
+    run_id = runs["disabled"]["run_id"]
+    b = bisect("blame", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert b.returncode == 0, b.stderr  # the norm's kernel is named
+    doc = b.json()
+    assert doc["searched"] is False and doc["stages"] == [] and doc["level"] is None
+    assert [(p["version"], p["look"]) for p in doc["probes"]] == [("1.19.2", True), ("1.20.0", True)]
+    assert "disabling every one that changed its graph, then every one that ran" not in doc["text"]
+    assert doc["text"].startswith("The run's session options disable graph optimizations (`graph_optimization_level` "
+                                  "disable): no optimizing graph transformer runs on either release, so none is "
+                                  "searched, and there is no lower level to try.")
+    assert "`/model/norm/SimplifiedLayerNormalization` runs as an fp16 SimplifiedLayerNormalization" in doc["text"]
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    lines = rep.stdout.splitlines()
+    assert lines[0].endswith("(last good 1.19.2), graph optimizations disabled"), lines[0]
+    bug = rep.stdout.split("### Describe the bug", 1)[1].split("###", 1)[0]
+    assert "through the CPU execution provider with graph optimizations disabled (`--graph-opt disable`, " \
+           "`ORT_DISABLE_ALL`), not onnxruntime's default options, gives" in bug
+    assert f"With the default options (run `{runs['defaults']['run_id']}`) 1.19.2 is good and 1.20.0 is bad: the " \
+           "defaults show it too." in bug
+    assert "no optimizing graph transformer runs" in rep.stdout.split("### Below the release", 1)[1]

@@ -29,7 +29,7 @@ import onnx
 
 from harness.blame import kernels as kern
 from harness.blame import session_log
-from harness.blame.transformers import REWRITE_RULES, RULE_BASED, minimal_set
+from harness.blame.transformers import REWRITE_RULES, RULE_BASED, Found, minimal_set
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.metrics import probe_metrics
 from harness.probe import Observer, ProbeJob, Prober, serving
@@ -161,20 +161,29 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     bad_log = logs[bad.version] or session_log.SessionLog()
     rules = _rules_in(plan, bad)
 
-    pp.expect(None, "the transformers")
-    found = minimal_set(bad_log.modified, bad_log.ran, rules,
-                        lambda names: pp.verdict(bad, names)["verdict"] == "good")
+    # the run's own level: no optimizing transformer runs below it, and only the levels under it are left to try
+    run_level = plan.job.session_options.get("graph_optimization_level")
+    levels = LEVELS[:LEVELS.index(run_level)] if run_level in LEVELS else LEVELS
+    if run_level == "disable":
+        # what the log names then are the passes every session applies (Casts for kernels without fp16, copies
+        # between devices), outside the optimizer's registry: `disabled_optimizers` does not reach them
+        found = Found(None)
+    else:
+        pp.expect(None, "the transformers")
+        found = minimal_set(bad_log.modified, bad_log.ran, rules,
+                            lambda names: pp.verdict(bad, names)["verdict"] == "good")
     pair = Pair(good.version, bad.version, question.get("mode") or "regression")
     doc: dict = {
         "run_id": run_store.dir.name, "mode": pair.mode, "good": good.version, "bad": bad.version, **pair.ends(),
         "question": question, "transformers": found.transformers, "flips": found.flips,
+        "graph_optimization_level": run_level, "searched": run_level != "disable",
         "stages": [s.document() for s in found.stages],
         "session_logs": {v: (lg.document() if lg else None) for v, lg in logs.items()},
     }
     # a load error often names the transformer it failed in (a fused node is named after its fusion)
     error = (looks[1]["record"].get("reason") or "") if looks[1]["record"].get("status") == "error" else ""
     named = [n for n in bad_log.ran if n not in (found.transformers or []) and re.search(rf"\b{re.escape(n)}\b", error)]
-    pp.expect(len(named[:3]) + (1 if found.flips else len(LEVELS)), "the checks after")
+    pp.expect(len(named[:3]) + (1 if found.flips else len(levels)), "the checks after")
     doc["named_by_error"] = [{"name": n, "flips": pp.verdict(bad, (n,))["verdict"] == "good"} for n in named[:3]]
     if found.flips:
         on_good = pp.verdict(good, found.transformers)
@@ -192,7 +201,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
         doc["level"] = None
     else:
         doc["on_last_good"] = None
-        doc["level"] = _level(pp, bad)
+        doc["level"] = _level(pp, bad, levels) if levels else None
     doc["kernels"] = _kernels(plan, pp, good, bad, logs, nodes)
     doc["commits"] = _commits(repo, doc, run_store, good, bad, log) if repo else None
     doc["probes"] = [{k: v for k, v in step.items() if k != "record"} for step in pp.made]
@@ -219,10 +228,11 @@ def _rules_in(plan, release) -> list[str]:
     return [r for r in REWRITE_RULES if found.get(r)]
 
 
-def _level(pp: PairProber, bad) -> dict:
-    """The lowest graph optimization level at which B is bad (no set of transformer names flips it)."""
+def _level(pp: PairProber, bad, levels=LEVELS) -> dict:
+    """The lowest graph optimization level of `levels` (those under the run's own) at which B is bad (no set of
+    transformer names flips it)."""
     verdicts = {}
-    for level in LEVELS:
+    for level in levels:
         verdicts[level] = pp.verdict(bad, level=level)["verdict"]
         if verdicts[level] == "bad":
             break
@@ -316,14 +326,24 @@ def said(doc: dict) -> str:
         for alt in doc.get("named_by_error") or []:
             out.append(f"`{alt['name']}`, which {B}'s error names, "
                        + ("makes it good when disabled alone too." if alt["flips"] else "does not flip it alone."))
+    elif doc.get("searched") is False:  # the run's own options turn the optimizer off
+        passes = ((doc.get("session_logs") or {}).get(B) or {}).get("ran") or []
+        applied = (f" Its session log names only the passes every session applies at any level ({', '.join(passes)}: "
+                   "Casts around kernels without fp16, copies between devices), which `disabled_optimizers` does not "
+                   "reach." if passes else "")
+        out.append(f"The run's session options disable graph optimizations (`graph_optimization_level` "
+                   f"disable): no optimizing graph transformer runs on either release, so none is searched, and "
+                   f"there is no lower level to try.{applied} The change is in a kernel, or in which kernels {B} has.")
     else:
         level = doc.get("level") or {}
         out.append(f"No set of graph transformers flips {B}: disabling every one that changed its graph, then "
                    "every one that ran, leaves it bad.")
+        own = doc.get("graph_optimization_level")
+        lowest = (LEVELS[:LEVELS.index(own)] if own in LEVELS else LEVELS)[:1]
         if level.get("good_at"):
             out.append(f"{B} is good at graph optimization level `{level['good_at']}` and bad from "
                        f"`{level['bad_from']}`: an optimization of that level that `disabled_optimizers` does not reach.")
-        elif level:
+        elif level and lowest == ["disable"]:
             out.append(f"{B} is bad even with graph optimizations disabled: the change is in a kernel or the runtime.")
     kernels = doc.get("kernels") or {}
     rows = kernels.get("nodes") or []

@@ -154,6 +154,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     bad = pair.bad if pair else None  # where the problem shows: the repro's platform and reference values
     env = environment(everything, key, bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, bad, q) if bad else []
+    defaults = with_default_options(run_dir, key, pair, q) if pair and key.get("session_options") else None
     where = where_it_reproduces(env, elsewhere, bad)
     repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, bad), embed_limit,
                         where, (q.reference or {}).get("label") or "the reference", into=files)
@@ -191,6 +192,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "commits": {**{name: commits[v] for name, v in pair.ends().items()},
                     "compare": compare_url(commits[pair.older], commits[pair.newer])} if pair else None,
         "elsewhere": elsewhere,
+        "default_options": defaults,
         "explanation": {k: v for k, v in expl.items() if k not in ("diff", "chart")} if expl else None,
         "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
                                            "verdicts_seen", "na_count")} for o in options],
@@ -249,6 +251,42 @@ def other_targets(run_dir: Path, key: dict, version: str, question) -> list[dict
             found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
                           "version": version, "verdict": rec["verdict"], "why": rec["why"]})
     return found
+
+
+def with_default_options(run_dir: Path, key: dict, pair: Pair, question) -> dict | None:
+    """The pair's verdicts, under `question`, in a run beside this one of the same model, batch and target with
+    onnxruntime's default session options: whether the defaults show what this run's options show."""
+    from harness.session import judged_for
+
+    same = ("model", "batch", "outputs", "arch", "backend", "cpu", "python")
+    for other in sorted(Path(run_dir).parent.glob("*/")):
+        okey = (RunStore(other).manifest() or {}).get("key") or {}
+        if other.name == Path(run_dir).name or okey.get("session_options") or \
+                any(okey.get(k) != key.get(k) for k in same):
+            continue
+        recs = judged_for(RunStore(other), question)
+        seen = {v: recs[v]["verdict"] for v in (pair.good, pair.bad) if v in recs}
+        if all(seen.get(v) in ("good", "bad") for v in (pair.good, pair.bad)):
+            return {"run_id": other.name, "verdicts": seen}
+    return None
+
+
+# the session options a run may set, as the report says them (harness.commands.common.search_spec)
+OPTION_WORDS = {"graph_optimization_level": ("graph optimization level", "--graph-opt"),
+                "intra_op_num_threads": ("intra_op_num_threads", "--threads")}
+
+
+def options_said(options: dict) -> str:
+    """Non-default session options in words: 'graph optimizations disabled (`--graph-opt disable`)'."""
+    said = []
+    for k, v in options.items():
+        if k == "graph_optimization_level" and v == "disable":
+            said.append("graph optimizations disabled (`--graph-opt disable`, `ORT_DISABLE_ALL`)")
+            continue
+        words, flag = OPTION_WORDS.get(k, (k, None))
+        said.append(f"{escape.md_text(words)} {escape.md_code(str(v))}"
+                    + (f" ({escape.md_code(f'{flag} {v}')})" if flag else ""))
+    return ", ".join(said)
 
 
 FP16_CPUS = ("Arm Neoverse N1/V1/V2 (AWS Graviton2-4, Ampere Altra, Google Axion), Cortex-A76 and later; "
@@ -356,13 +394,18 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     ep = env.get("execution_provider") or "CPUExecutionProvider"
     on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
     symptom = 'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])
+    # options that are not onnxruntime's defaults are not what a reader running the defaults sees: said at once
+    off = ", graph optimizations disabled" if (doc.get("session_options") or {}).get("graph_optimization_level") \
+        == "disable" else ""
+    opts = f" with {options_said(doc['session_options'])}, not onnxruntime's default options," \
+        if doc.get("session_options") else ""
     if pair is None:
         title = f"{name}: {package} verdicts on {on}"
     elif pair.fix:
         title = f"{name}: {doc['symptom']} on {on} fixed in {package} {good} (last bad {bad})"
     else:
         title = f"{name}: {doc['symptom']} on {on} since {package} {bad} (last good {good})"
-    L = [f"## {t(title)}", ""]
+    L = [f"## {t(title + off)}", ""]
     q = doc["question"]
     asked = f"question {code(q['key'])}: " if q.get("key") else "a question asked on the command line: "
     L += [f"This report answers {asked}bad when {t(q.get('bad_means') or doc['bad_means'])} "
@@ -373,18 +416,27 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         bisected = (f"bisected over the releases {t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per "
                     "probe")
         if pair.fix:
-            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} up to onnxruntime "
+            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} up to onnxruntime "
                      f"**{t(bad)}**, the last bad release; **{t(good)}** is the first good one: it is fixed there "
                      f"({bisected}).")
         else:
-            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} from onnxruntime "
+            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} from onnxruntime "
                      f"**{t(bad)}** on; **{t(good)}** is the last good release ({bisected}).")
         L.append(f"A release counts as bad when {t(doc['bad_means'])} ({code('--bad-if ' + doc['predicate'])}).")
         if doc["untested_between"]:
             L.append(f"Releases between them that could not be tested: {t(', '.join(doc['untested_between']))}.")
+        d = doc.get("default_options")
+        if d:
+            seen = " and ".join(f"{t(v)} is {t(d['verdicts'][v])}" for v in (pair.older, pair.newer))
+            same = d["verdicts"] == {good: "good", bad: "bad"}
+            L.append(f"With the default options (run {code(d['run_id'])}) {seen}: "
+                     + ("the defaults show it too." if same else "the defaults do not show it; these options do."))
+        elif opts:
+            L.append("Whether the default options show it too was not checked (a run without these options would "
+                     "tell).")
     else:
         old, new = (n.split("_")[1] for n in end_names(doc.get("mode") or "regression"))
-        L.append(f"No {old}-to-{new} boundary in the probed releases.")
+        L.append(f"No {old}-to-{new} boundary in the probed releases" + (f"{opts[:-1]}." if opts else "."))
     nv = doc["newest"]
     if nv.get("verdict") in ("good", "bad"):
         still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
