@@ -49,12 +49,10 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, rows_only, r
     try:
         with ProbeLines(err) as progress:
             doc = reduce_saved_run(run_dir, cache_dir, offline, log=log_to_stderr, nodes=not rows_only,
-                                   command=sys.argv, question=question, bad_if=bad_if_text(bad_if), observer=progress)
+                                   command=sys.argv, question=question, bad_if=bad_if_text(bad_if), observer=progress,
+                                   ray_address=ray_address)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
         return say_stopped(exc, f"the finished probes are saved in {run_dir / REDUCED}")
-        doc = reduce_saved_run(run_dir_of(run, results_dir), cache_dir, offline, log=log_to_stderr,
-                               nodes=not rows_only, command=sys.argv, question=question, bad_if=bad_if_text(bad_if),
-                               ray_address=ray_address)
     except NoFlip as exc:  # probes ran: not a refusal
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})
