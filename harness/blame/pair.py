@@ -339,7 +339,7 @@ def said(doc: dict) -> str:
         out.append(f"No set of graph transformers flips {B}: disabling every one that changed its graph, then "
                    "every one that ran, leaves it bad.")
         own = doc.get("graph_optimization_level")
-        lowest = (LEVELS[:LEVELS.index(own)] if own in LEVELS else LEVELS)[:1]
+        lowest = list(LEVELS[:LEVELS.index(own)] if own in LEVELS else LEVELS)[:1]
         if level.get("good_at"):
             out.append(f"{B} is good at graph optimization level `{level['good_at']}` and bad from "
                        f"`{level['bad_from']}`: an optimization of that level that `disabled_optimizers` does not reach.")
