@@ -53,6 +53,12 @@ def cosine_text(x: float | None) -> str:
     return text
 
 
+def cosine_said(m: dict) -> str:
+    """A comparison's worst-row cosine as tables show it: "identical bits" where every output compared is the
+    reference's bit for bit (`compare`'s `identical`), else cosine_text; "-" without a comparison."""
+    return "identical bits" if m.get("identical") else cosine_text(m.get("cosine_min"))
+
+
 def ratio_text(timing: dict | None, prefix: str = "") -> str:
     """A timed probe's ratio to its baseline with the interval: "1.231 (1.198-1.262)"; "-" without one."""
     t = timing or {}
@@ -84,6 +90,8 @@ def compare(output: np.ndarray, reference: np.ndarray) -> dict:
         both_zero = (na == 0) & (nr == 0)
         cos = np.where(both_zero, 1.0, np.where((na > 0) & (nr > 0), dot / (na * nr), 0.0))
         cos = np.where(finite & np.isfinite(cos), np.clip(cos, -1.0, 1.0), -1.0)
+        # a row equal to its reference has cosine 1 exactly: the sum of squares over two norms reads 1 - 1e-16
+        cos = np.where(finite & (rows_a == rows_r).all(axis=1), 1.0, cos)
         diff = np.abs(rows_a - rows_r)
         both = np.isfinite(rows_a) & np.isfinite(rows_r)
         scale = float(np.abs(rows_r[np.isfinite(rows_r)]).max(initial=0.0))
@@ -100,6 +108,9 @@ def compare(output: np.ndarray, reference: np.ndarray) -> dict:
         "abs_diff_max": float(diff[both].max(initial=0.0)),
         "max_abs_diff": None if nonfinite else float(diff.max(initial=0.0)),
         "nonfinite_rows": nonfinite,
+        # the same dtype, shape and bytes: nothing changed at all (not "a difference of 0")
+        "identical": bool(np.asarray(output).dtype == np.asarray(reference).dtype and np.array_equal(
+            np.ascontiguousarray(output).view(np.uint8), np.ascontiguousarray(reference).view(np.uint8))),
     }
 
 
@@ -137,6 +148,7 @@ def probe_metrics(result: dict | None, outputs: dict[str, np.ndarray] | None = N
                                       else max(c["rel_diff_floors"][k] for c in good) for k in map(floor_key, FLOORS)}
             doc["abs_diff_max"] = max(c["abs_diff_max"] for c in good)
             doc["nonfinite_rows"] = max(c["nonfinite_rows"] for c in good)
+            doc["identical"] = all(c["identical"] for c in good)
     return doc
 
 

@@ -99,7 +99,7 @@ def summary(outcome: RunOutcome, mode: str, run_id: str, sweep: bool = False) ->
             "decided_by": rec.get("decided_by") or [],
             # timing: the ratio to the baseline, its interval and the runs behind it (slower, rss)
             "metrics": {k: m.get(k) for k in ("max_abs", "headroom", "cosine_min", "rel_diff_max", "abs_diff_max",
-                                              "timing") if k in m},
+                                              "identical", "timing") if k in m},
             "nan_rows": rec.get("nan_rows"),
             "inf_rows": rec.get("inf_rows"),
             "rows": rec.get("rows"),

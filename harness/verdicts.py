@@ -314,7 +314,7 @@ def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | str | None, str]:
         v = m.get("cosine_min")
         if v is None:
             return None, "no comparison with the reference"
-        return v < b, f"worst row's cosine {cosine_text(v)}"
+        return v < b, f"worst row's cosine {cosine_text(v)}" + (" (identical bits)" if m.get("identical") else "")
     if "cosine_min" not in m:
         return None, "no comparison with the reference"
     if m.get("nonfinite_rows"):
@@ -323,7 +323,7 @@ def _measure(c: Condition, s: dict, m: dict) -> tuple[bool | str | None, str]:
         v = m.get("abs_diff_max")
         if v is None:
             return None, "compared before absolute differences were kept: probe again (--refresh)"
-        return v > b, f"max absolute difference {v:.3g}"
+        return v > b, f"max absolute difference {v:.3g}" + (" (identical bits)" if m.get("identical") else "")
     floors = m.get("rel_diff_floors")
     if not isinstance(floors, dict):
         # measured without a floor (before floors were kept): an upper bound, so it can only clear a probe

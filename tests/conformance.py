@@ -316,7 +316,8 @@ def _repro(t: Truth, results: Path, ctx: Context, p: Problems, report: dict, red
         p.check("repro.py --full", False, "no repro.py")
         return
     model_file = repro.get("model_file")
-    if model_file and not repro.get("model_embedded") and not (script.parent / model_file).exists():
+    carried = repro.get("model_embedded") or repro.get("model_attached")  # --full needs no file then
+    if model_file and not carried and not (script.parent / model_file).exists():
         shutil.copyfile(ctx.model, script.parent / model_file)
     for v in t.sides:
         want = VERDICT_EXIT.get(t.verdicts[v])
@@ -326,7 +327,7 @@ def _repro(t: Truth, results: Path, ctx: Context, p: Problems, report: dict, red
         extra: list[str] = []
         if t.timed:  # the script measures against the range's good end, as the run did
             extra = ["--baseline", str(ctx.fresh_python(t.good_side or t.releases[0]))]
-        full = [*extra, "--full"] + ([model_file] if model_file and not repro.get("model_embedded") else [])
+        full = [*extra, "--full"] + ([model_file] if model_file and not carried else [])
         out = builders.run_script(python, script, *full)
         p.check("repro.py --full", out.returncode == want,
                 f"on {v} (run: {t.verdicts[v]}) exits {out.returncode}: {(out.stdout + out.stderr).strip()[-200:]}")

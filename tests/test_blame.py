@@ -355,3 +355,71 @@ def test_blame_in_containers_brings_the_optimized_graphs_and_logs_back(bisect, t
     assert "SimplifiedLayerNormFusion" in doc["session_logs"]["1.20.0"]["ran"]
     norm = {row["node"]: row for row in doc["kernels"]["nodes"]}["/model/norm/SimplifiedLayerNormalization"]
     assert (norm["good"]["precision"], norm["bad"]["precision"]) == ("fp32-island", "fp16")
+
+
+def test_a_removed_node_is_said_to_be_removed_and_nodes_changed_alike_are_one_sentence_with_their_count():
+    """residual_stack 1.19.2 -> 1.20.0 once read "`/model/layers.39/Add` runs removed (Add (fused into
+    `/model/norm/SimplifiedLayerNormalization`))", one sentence per node, for three nodes alike, while the report
+    named one suspect. A removed node is said to be removed; nodes that changed the same way are one sentence with
+    their count, in the order given (the run's suspect first); a node that ran alike on both is in none."""
+    from harness.blame.kernels import groups
+
+    def k(node, precision, op="SimplifiedLayerNormalization", into=None):
+        return Kernel(node, op, "ai.onnx", None if precision == "removed" else "CPUExecutionProvider", precision,
+                      into or node, ("fp16",), ("fp16",), 0)
+
+    removed = k("/model/layers.39/Identity", "removed", "Identity", "/model/norm/SimplifiedLayerNormalization")
+    said = sentence("1.19.2", k("/model/layers.39/Identity", "fp32-island", "Identity"), "1.20.0", removed)
+    assert said == ("in 1.20.0, `/model/layers.39/Identity` is removed by the optimizer (its output goes on to "
+                    "`/model/norm/SimplifiedLayerNormalization`); in 1.19.2 it ran in fp32 between inserted Casts, "
+                    "as Identity on the CPU provider")
+    assert "runs removed" not in said and "fused into" not in said
+    norms = ["/model/norm/SimplifiedLayerNormalization", "/model/layers.0/ln", "/model/layers.1/ln"]
+    on_bad = {n: k(n, "fp16") for n in norms} | {"/model/layers.2/Add": k("/model/layers.2/Add", "fp32-island", "Add")}
+    on_good = {n: k(n, "fp32-island") for n in norms} | {"/model/layers.2/Add": on_bad["/model/layers.2/Add"]}
+    found = groups("1.19.2", on_good, "1.20.0", on_bad, [*norms, "/model/layers.2/Add"], shown=2)
+    assert [g["nodes"] for g in found] == [norms]
+    assert found[0]["sentence"] == (
+        "in 1.20.0, 3 SimplifiedLayerNormalization nodes (`/model/norm/SimplifiedLayerNormalization`, "
+        "`/model/layers.0/ln` and 1 more) run as an fp16 SimplifiedLayerNormalization on the CPU provider; in 1.19.2 "
+        "they ran in fp32 between inserted Casts, as SimplifiedLayerNormalization")
+
+
+@pytest.mark.release
+def test_a_run_with_graph_optimizations_disabled_says_so_first_and_blame_searches_no_transformer(bisect, tmp_path,
+                                                                                               residual_norm):
+    """residual_norm under --graph-opt disable, 1.19.2 -> 1.20.0 (the norm's fp16 kernel is new in 1.20.0, at every
+    level). The report's first lines never said the optimizer was off, and blame searched the transformers "that
+    ran" (the passes every session applies, which `disabled_optimizers` does not reach) and the levels below
+    `disable`. The title and the first sentence say it, the report says what the default options show (a run of
+    them beside it), and blame says the transformer search does not apply, probing only the look."""
+    model, batch = residual_norm
+    results = tmp_path / "results"
+    runs = {}
+    for name, extra in (("disabled", ("--graph-opt", "disable")), ("defaults", ())):
+        r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", *extra,
+                   "--json", results=results)
+        assert r.returncode == 0, r.stderr
+        runs[name] = r.json()
+        assert (runs[name]["last_good"], runs[name]["first_bad"]) == ("1.19.2", "1.20.0")
+    run_id = runs["disabled"]["run_id"]
+    b = bisect("blame", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--json")
+    assert b.returncode == 0, b.stderr  # the norm's kernel is named
+    doc = b.json()
+    assert doc["searched"] is False and doc["stages"] == [] and doc["level"] is None
+    assert sorted((p["version"], p["look"]) for p in doc["probes"]) == [("1.19.2", True), ("1.20.0", True)]
+    assert "disabling every one that changed its graph, then every one that ran" not in doc["text"]
+    assert doc["text"].startswith("The run's session options disable graph optimizations (`graph_optimization_level` "
+                                  "disable): no optimizing graph transformer runs on either release, so none is "
+                                  "searched, and there is no lower level to try.")
+    assert "`/model/norm/SimplifiedLayerNormalization` runs as an fp16 SimplifiedLayerNormalization" in doc["text"]
+    rep = bisect("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    assert rep.returncode == 0, rep.stderr
+    lines = rep.stdout.splitlines()
+    assert lines[0].endswith("(last good 1.19.2), graph optimizations disabled"), lines[0]
+    bug = rep.stdout.split("### Describe the bug", 1)[1].split("###", 1)[0]
+    assert "through the CPU execution provider with graph optimizations disabled (`--graph-opt disable`, " \
+           "`ORT_DISABLE_ALL`), not onnxruntime's default options, gives" in bug
+    assert f"With the default options (run `{runs['defaults']['run_id']}`) 1.19.2 is good and 1.20.0 is bad: the " \
+           "defaults show it too." in bug
+    assert "no optimizing graph transformer runs" in rep.stdout.split("### Below the release", 1)[1]

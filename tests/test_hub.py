@@ -164,6 +164,12 @@ def test_report_of_a_hub_model_fetches_it_by_revision_and_names_no_local_path(bi
                                            "files": [SPEC.model_file, *SPEC.extra_files]}
     assert namespace["FULL_MODEL_B64"] is None  # a hub model is fetched, never embedded
     assert "--full     # the full model, fetched from the hub" in script
+    # the reader is told what to download, never "?": the repo, the revision and every file, sizes not needed
+    files = ", ".join(f"`{f}`" for f in (SPEC.model_file, *SPEC.extra_files))
+    assert (f"The full model is not in this report: it is on the Hugging Face Hub, repo `{SPEC.repo}` at revision "
+            f"`{SPEC.revision}`, files {files}; `python repro.py --full` downloads them") in rep.stdout
+    table = rep.stdout.split("| file | bytes | sha256 | where |")[1].split("\n\n")[0]
+    assert "| ? |" not in table and "the hub (--full fetches it)" in table
     for text in (rep.stdout, script):
         for local in (str(tmp_path), str(bisect.cache_dir), str(Path.home()), "/tmp/", "/root/"):
             assert local not in text, local

@@ -63,18 +63,21 @@ def test_a_foreign_arch_on_a_cluster_is_emulated_only_where_backend_qemu_asks(ca
 
 
 @pytest.mark.release
-def test_reduce_takes_its_ray_address_too(bisect, cache_dir, tmp_path):
-    """`reduce --ray-address` goes to the reduction's plan: without the extra it is refused in one line before any
-    probe, never ignored with the candidates probed here."""
+@pytest.mark.parametrize("command", ["reduce", "blame"])
+def test_reduce_and_blame_hand_ray_address_on(command, cache_dir, tmp_path, residual_norm):
+    """`reduce` and `blame` took --ray-address and dropped it (the call that passed it sat after a return): they
+    probed here. With Ray absent, the flag is refused in one line before any probe, as `run` refuses it."""
+    model, batch = residual_norm
     results = tmp_path / "results"
-    r = bisect("run", "--model", "gemma-tiny-fused", "--from", "1.19.2", "--to", "1.20.0", "--offline", "--json",
-               results=results)
-    assert r.returncode == 0, r.stderr
+    argv = [sys.executable, "-m", "harness.cli", "run", "--model", str(model), "--inputs", str(batch), "--from",
+            "1.19.2", "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir", str(results), "--json"]
+    run = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    run_dir = results / __import__("json").loads(run.stdout)["run_id"]
     started = "import sys; sys.modules['ray'] = None; from harness.cli import main; sys.exit(main())"
-    proc = subprocess.run([sys.executable, "-c", started, "reduce", r.json()["run_id"], "--results-dir", str(results),
-                           "--offline", "--cache-dir", str(cache_dir), "--ray-address", "127.0.0.1:1"],
-                          capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 2, proc.stdout + proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-c", started, command, str(run_dir), "--cache-dir", str(cache_dir),
+                           "--ray-address", "127.0.0.1:1"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stderr[-2000:]
     line, = proc.stderr.strip().splitlines()
     assert "Ray is not installed" in line
-    assert not (results / r.json()["run_id"] / "reduced" / "probes.jsonl").exists()
+    assert not (run_dir / ("reduced" if command == "reduce" else "blame") / "probes.jsonl").exists()

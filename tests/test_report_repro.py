@@ -12,6 +12,8 @@ import ast
 import hashlib
 import inspect
 import json
+import re
+import shutil
 import subprocess
 import textwrap
 
@@ -280,3 +282,107 @@ def test_the_repro_of_a_crash_question_is_bad_when_onnxruntime_kills_the_process
     _report(bisect, r.json()["run_id"], results)
     out = builders.run_script(fresh_python("1.20.0"), results / r.json()["run_id"] / REPRO)
     assert out.returncode == 1 and "bad (the process died by signal" in out.stdout, out.stdout + out.stderr
+
+
+# -- the full model: what travels with the report, and what the reader must be given -----------------------
+
+
+@pytest.mark.release
+def test_a_model_with_external_data_names_every_file_and_travels_whole_or_is_named_to_attach(bisect, tmp_path,
+                                                                                             fresh_python):
+    """residual_norm saved with external data (onnx.save_model(..., save_as_external_data=True)). The report's table
+    once listed model.onnx alone, size "?", "by path", and never named model.onnx_data, which --full needs. Every
+    file is named with its size and sha256; under the attach limit both travel in the attachment, and
+    `repro.py --full` (with only the script and the attachment) writes them side by side and judges; with
+    --attach-limit 0 the report says to attach both, kept side by side, and the script given the model without its
+    data file says which file it needs."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.external_data_model(d / "model.onnx")
+    data = d / "model.onnx_data"
+    assert data.is_file()
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--json", results=results)
+    assert r.returncode == 0 and r.json()["first_bad"] == "1.20.0", r.stderr
+    run_id, run_dir = r.json()["run_id"], results / r.json()["run_id"]
+    report = ("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--no-probe")
+    rep = bisect(*report)
+    assert rep.returncode == 0, rep.stderr
+    md = rep.stdout
+    for f in (model, data):
+        row = f"| `{f.name}` | {f.stat().st_size:,} | `{hashlib.sha256(f.read_bytes()).hexdigest()}` | {REPRO_BATCH} |"
+        assert row in md, md.split("### To reproduce")[1][:1500]
+    told = md.split("<details>")[0]  # the report's words, not the pasted script's
+    assert "| ? |" not in told and "by path" not in told
+    assert "`model.onnx` reads its external data (`model.onnx_data`) from beside it" in md
+    elsewhere = tmp_path / "maintainer"
+    elsewhere.mkdir()
+    for name in (REPRO, REPRO_BATCH):
+        (elsewhere / name).write_bytes((run_dir / name).read_bytes())
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        out = builders.run_script(fresh_python(version), elsewhere / REPRO, "--full")
+        assert out.returncode == rc, out.stdout + out.stderr
+        assert out.stdout.startswith(f"onnxruntime {version}, full model: {verdict}"), out.stdout
+    assert sorted(p.name for p in (elsewhere / "repro-model").iterdir()) == ["model.onnx", "model.onnx_data"]
+
+    rep = bisect(*report, "--attach-limit", "0")
+    assert rep.returncode == 0, rep.stderr
+    size, sha = model.stat().st_size, hashlib.sha256(model.read_bytes()).hexdigest()
+    dsize, dsha = data.stat().st_size, hashlib.sha256(data.read_bytes()).hexdigest()
+    assert (f"The full model is not in this report: attach `model.onnx` ({size:,} bytes, sha256 `{sha}`), "
+            f"`model.onnx_data` ({dsize:,} bytes, sha256 `{dsha}`), kept side by side in one directory") in rep.stdout
+    assert not (run_dir / REPRO_BATCH).exists()
+    given = tmp_path / "given"
+    given.mkdir()
+    (given / "model.onnx").write_bytes(model.read_bytes())  # the model without its data file
+    out = builders.run_script(fresh_python("1.20.0"), run_dir / REPRO, "--full", str(given / "model.onnx"))
+    assert out.returncode == 2 and "reads its external data from model.onnx_data beside it" in out.stderr, out.stderr
+    (given / "model.onnx_data").write_bytes(data.read_bytes())
+    out = builders.run_script(fresh_python("1.20.0"), run_dir / REPRO, "--full", str(given / "model.onnx"))
+    assert out.returncode == 1, out.stdout + out.stderr
+
+
+@pytest.mark.release
+def test_a_report_reduces_a_cheap_run_first_and_says_so_and_never_unasked_when_told_not_to(bisect, tmp_path):
+    """A report of a run with a boundary and no reduction once said 'python repro.py --full model.onnx', a file the
+    maintainer has not got. The report reduces first when the pair's probes say it is cheap, saying so on stderr;
+    --no-reduce, and --no-probe, make none (and say how to); --reduce makes one under --no-probe too."""
+    d = tmp_path / "model"
+    d.mkdir()
+    model = builders.save(builders.residual_norm_model(), d / "model.onnx")
+    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    results = tmp_path / "results"
+    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
+               "--json", results=results)
+    assert r.returncode == 0, r.stderr
+    run_id, run_dir = r.json()["run_id"], results / r.json()["run_id"]
+    report = ("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--format", "json")
+    for told, said in ((("--no-reduce",), "no reduction (--no-reduce)"), (("--no-probe",), "no reduction (--no-probe)")):
+        rep = bisect(*report, *told, *(() if "--no-probe" in told else ("--no-probe",)))
+        assert rep.returncode == 0 and said in rep.stderr, rep.stderr
+        assert json.loads(rep.stdout)["repro"]["reduced"] is None and not (run_dir / "reduced").exists()
+    rep = bisect(*report)  # unasked: it probes the newest release and explains, and reduces (cheap)
+    assert rep.returncode == 0, rep.stderr
+    assert re.search(r"^reducing first, for a repro a maintainer can run in seconds: about \d+ s", rep.stderr, re.M)
+    assert re.search(r"^probe +\d+", rep.stderr, re.M)  # the reduction's progress lines
+    doc = json.loads(rep.stdout)
+    assert doc["repro"]["reduced"]["pair"] == ["1.19.2", "1.20.0"] and doc["repro"]["reduced"]["nodes"] <= 3
+    again = bisect(*report, "--no-probe")
+    assert "answers this question: the report uses it" in again.stderr, again.stderr
+    shutil.rmtree(run_dir / "reduced")
+    rep = bisect(*report, "--no-probe", "--reduce")
+    assert rep.returncode == 0 and "reducing first (--reduce)" in rep.stderr, rep.stderr
+    assert json.loads(rep.stdout)["repro"]["reduced"]
+
+
+def test_a_reduction_is_cheap_by_the_time_the_pair_s_probes_took_to_load_and_run_the_model():
+    from harness.report.reduction import CHEAP_S, estimate_s
+
+    def probe(session, run):
+        return {"result": {"session_s": session, "run_s": run}}
+
+    assert estimate_s([probe(0.07, 0.8), probe(0.1, 0.9)]) <= CHEAP_S  # gemma-tiny-fused's 20 rows
+    assert estimate_s([probe(3.0, 10.0)]) > CHEAP_S  # a 600 MB model
+    assert estimate_s([{"result": {"session_s": "x"}}, {}]) is None  # what a record does not say is not guessed

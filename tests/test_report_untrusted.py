@@ -257,6 +257,34 @@ def test_a_reduction_naming_a_file_outside_the_run_does_not_embed_it(run_dir, tm
     assert _constants(script)["REDUCED_MODEL_B64"] is None and doc["repro"]["reduced"] is None
 
 
+def test_the_repro_writes_the_model_s_data_files_only_under_its_own_folder(tmp_path):
+    """The attachment carries a model with its external data; repro.py writes them into repro-model/ beside
+    itself under names the evidence gave: a name that climbs out, or is absolute, stops the script (exit 2)
+    before anything is written."""
+    from harness.report import repro
+
+    text = repro.script(title="t", predicate="nan-or-inf", bad_means="b", session_options={}, where="w",
+                        reduced=None, full={"model": b"m", "file": "model.onnx", "outputs": [],
+                                            "data_files": [["../../evil", "0" * 64, 1]], "notes": []})
+    tree = ast.parse(text)
+    inside = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "inside")
+
+    class Stopped(Exception):
+        pass
+
+    def no_verdict(why):
+        raise Stopped(why)
+
+    namespace = {"os": os, "no_verdict": no_verdict}
+    exec(compile(ast.Module([inside], []), "repro.py", "exec"), namespace)  # the project's own text
+    where = str(tmp_path / "repro-model")
+    assert namespace["inside"](where, "weights/model.onnx_data") == os.path.join(where, "weights", "model.onnx_data")
+    for hostile in ("../../evil", "/etc/passwd", "a/../../b", ".."):
+        with pytest.raises(Stopped):
+            namespace["inside"](where, hostile)
+    assert _constants(text)["FULL_MODEL_DATA"] == [["../../evil", "0" * 64, 1]]  # data, never code
+
+
 # -- 3. Markdown and terminal escapes in names make no markup ---------------------------------------------
 
 

@@ -509,3 +509,74 @@ def test_outputs_a_tight_question_judges_bad_are_never_said_to_agree():
     assert d.first_differs["node"] == "/out/Add" and d.first_differs["beyond_tolerance"]
     assert "beyond the run's tolerance (rel-diff>1e-06)" in d.explanation
     assert "1.20.0: bad under rel-diff>1e-06 (0 NaN rows of 4, max relative difference 1.2e-06)" in d.explanation
+
+
+def test_a_value_the_trace_rounds_to_inf_on_the_good_release_is_said_in_a_sentence_that_says_what_happened():
+    """gemma-tiny-fused 1.19.2 -> 1.20.0: the norm's input is Inf in 1.19.2's trace too (tracing reads it out in
+    fp16), though 1.19.2 kept it in fp32. The explanation once said "(rounded to fp16 only for the trace, it reads
+    Inf on 1.19.2 too)": it says which release rounds the tensor, and why the trace shows Inf on both."""
+    a = _trace("1.19.2", "good", 0, ["fp32-island"] * 3, {
+        "/model/layers.0/Add": ("/model/layers.0/Add_output_0", 0, 60000.0, "observed-only", 0),
+        "/model/layers.1/Add": ("/model/layers.1/Add_output_0", 16, 3.0, "observed-only", 0),
+        "/model/norm/SimplifiedLayerNormalization": ("y", 0, 1.0, "seen", 0)})
+    b = _trace("1.20.0", "bad", 2, ["fp32-island", "fp32-island", "fp16"], {
+        "/model/layers.0/Add": ("/model/layers.0/Add_output_0", 0, 60000.0, "observed-only", 0),
+        "/model/layers.1/Add": ("/model/layers.1/Add_output_0", 16, 3.0, "seen", 0),
+        "/model/norm/SimplifiedLayerNormalization": ("y", 0, 1.0, "seen", 16)})
+    text = diff(a, b).explanation
+    assert "only for the trace" not in text
+    assert ("Its input `/model/layers.1/Add_output_0` (from `/model/layers.1/Add`) is beyond the fp16 range (65504): "
+            "on 1.19.2 it stays in fp32 for `/model/norm/SimplifiedLayerNormalization`; on 1.20.0 it is rounded to "
+            "fp16 for `/model/norm/SimplifiedLayerNormalization`, becomes Inf, and the rows turn NaN.") in text
+    assert ("The trace reads `/model/layers.1/Add_output_0` as Inf on 1.19.2 too, only because tracing reads it out "
+            "in fp16: 1.19.2's own run never rounds it.") in text
+
+
+def test_a_first_difference_the_statistics_do_not_show_is_not_called_a_difference_of_0():
+    """silero-vad 1.20.1 -> 1.21.0 under abs-diff>0: `If_0`'s output changed bits with the same min, max and
+    largest |x|. The sentence once said it differs "with a relative difference of 0 in its statistics, within the
+    run's tolerance"; it says the statistics are the same and the bits moved by less than they show. A difference
+    the statistics do show is measured as the tolerance reads it (absolute for abs-diff)."""
+    a = _chain("1.20.1", "good", {"/norm/Rsqrt": (1.0, "r1"), "/norm/Mul": (2.0, "m1"), "/out/Add": (3.0, "y1")})
+    b = _chain("1.21.0", "bad", {"/norm/Rsqrt": (1.0, "r2"), "/norm/Mul": (2.0, "m2"), "/out/Add": (3.0, "y2")})
+    text = diff(a, b, parse_predicate("abs-diff>0")).explanation
+    assert "difference of 0" not in text and "within the run's tolerance" not in text
+    assert ("whose traced output `r` is not bit-identical on 1.20.1 and 1.21.0 (sha256 of each tensor); its "
+            "statistics (min, max, largest |x|) are the same on both releases: it moved by less than they show. No "
+            "traced output parts beyond the run's tolerance (abs-diff>0).") in text
+    b = _chain("1.21.0", "bad", {"/norm/Rsqrt": (1.5, "r2"), "/norm/Mul": (2.0, "m2"), "/out/Add": (3.0, "y2")})
+    text = diff(a, b, parse_predicate("abs-diff>1")).explanation
+    assert "with an absolute difference of 0.5 in its statistics (min, max, largest |x|), within the run's " \
+           "tolerance (abs-diff>1)." in text
+
+
+def test_a_fused_island_cast_back_to_fp16_is_the_fusion_not_a_removal():
+    """residual_stack on x86_64 1.20.0: the last layer's MatMul and Add are fused into a Gemm in an fp32 island, and
+    an inserted Cast turns its output back into the fp16 `/Add_output_0` the now native norm reads. The walk from
+    the Add once skipped that Cast and landed on the norm: "removed" into it, as if the Add never ran."""
+    a = "/model/layers.39/Add_output_0"
+    x = helper.make_tensor_value_info("x", F16, ["batch", 8])
+    y = helper.make_tensor_value_info("y", F16, ["batch", 8])
+    w = numpy_helper.from_array(np.ones((8, 8), np.float16), "w")
+    orig = helper.make_model(helper.make_graph([
+        helper.make_node("MatMul", ["x", "w"], ["mm"], name="/model/layers.39/mlp/down/MatMul"),
+        helper.make_node("Add", ["mm", "x"], [a], name="/model/layers.39/Add"),
+        helper.make_node("Identity", [a], ["i"], name="/model/layers.39/Identity"),
+        helper.make_node("SimplifiedLayerNormalization", ["i", "/model/norm/weight"], ["y"],
+                         name="/model/norm/SimplifiedLayerNormalization"),
+    ], "stack", [x], [y], [w, W16]), opset_imports=builders.OPSET, ir_version=8)
+    gemm = "/model/layers.39/mlp/down/MatMul/MatMulAddFusion/"
+    opt = _opt_model([
+        _cast("x", F32), _cast("w", F32),
+        helper.make_node("Gemm", [P + "x", P + "w", P + "x"], [P + a], name=gemm),
+        _cast(P + a, F16, out=a, name=P + a),
+        helper.make_node("SimplifiedLayerNormalization", [a, "/model/norm/weight"], ["y"],
+                         name="/model/norm/SimplifiedLayerNormalization"),
+    ], [("x", F16)], [("y", F16)], [w, W16])
+    pm = precision.precision_map(orig, opt)
+    for node in ("/model/layers.39/mlp/down/MatMul", "/model/layers.39/Add"):
+        assert (pm[node].precision, pm[node].ran_as, pm[node].optimized_node, pm[node].fused_precision) == \
+            ("fused", "Gemm", gemm, "fp32-island"), node
+    ident = pm["/model/layers.39/Identity"]
+    assert (ident.precision, ident.optimized_node) == ("removed", "/model/norm/SimplifiedLayerNormalization")
+    assert pm["/model/norm/SimplifiedLayerNormalization"].precision == "fp16"

@@ -220,3 +220,24 @@ def test_cosine_reads_the_same_everywhere():
 
     assert cosine_text(0.9999995) == "0.99999950"
     assert cosine_text(1 - 4e-10) == "1-4.0e-10" and cosine_text(1.0) == "1.00000000" and cosine_text(None) == "-"
+
+
+def test_outputs_bit_identical_to_the_reference_read_identical_bits_with_a_cosine_of_exactly_1():
+    """silero-vad on 1.20.1 against 1.20.1's own outputs read a worst cosine of 1-1.1e-16: the sum of squares over
+    two norms rounds below 1 for most rows. Equal rows have cosine 1 exactly, and bit-identical outputs say so."""
+    from harness.metrics import cosine_said, probe_metrics
+
+    y = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    result = {"outputs": [{"name": "y"}]}
+    m = probe_metrics(result, {"y": y.copy()}, {"y": y}, "ref")
+    assert m["cosine_min"] == 1.0 and m["identical"] is True and cosine_said(m) == "identical bits"
+    judged = judge(record_with(y), parse_predicate("cosine<0.999"), {"y": y}, {"y": y.copy()}, "ref")
+    assert judged["why"] == "worst row's cosine 1.00000000 (identical bits)"
+    assert judge(record_with(y), parse_predicate("abs-diff>0"), {"y": y}, {"y": y.copy()}, "ref")["why"] == \
+        "max absolute difference 0 (identical bits)"
+    moved = y.copy()
+    moved[2, 5] = np.nextafter(moved[2, 5], np.float32(np.inf))  # one ulp in one row: the others are still exact
+    m = probe_metrics(result, {"y": moved}, {"y": y}, "ref")
+    assert m["identical"] is False and cosine_said(m) != "identical bits" and m["cosine_min"] <= 1.0
+    assert probe_metrics(result, {"y": y.astype(np.float16)}, {"y": y.astype(np.float16).astype(np.float32)},
+                         "ref")["identical"] is False  # the same values in another dtype are not the same bits

@@ -53,10 +53,17 @@ def kernels(original: onnx.ModelProto, optimized: onnx.ModelProto, log: SessionL
     precision = precision_map(original, optimized)
     types = optimized_types(original, optimized)
     by_name = {n.name: n for n in optimized.graph.node if n.name}
+    own = {n.name: n for n in original.graph.node if n.name}
     found = {}
     for name in nodes:
         p = precision.get(name)
         if p is None:
+            continue
+        if p.precision in GONE:  # no op of its own ran: the node its output flows into is not its kernel
+            orig = own.get(name)
+            found[name] = Kernel(node=name, op_type=p.op_type, domain=domain_of(orig) if orig is not None else ONNX_DOMAIN,
+                                 provider=None, precision=p.precision, optimized_node=p.optimized_node, inputs=(),
+                                 outputs=(), casts=0)
             continue
         opt = by_name.get(p.optimized_node or "")
         words = (lambda ts: tuple(TYPE_WORDS.get(types.get(t), "?") if t else "" for t in ts))
@@ -68,6 +75,10 @@ def kernels(original: onnx.ModelProto, optimized: onnx.ModelProto, log: SessionL
             outputs=words(opt.output) if opt is not None else (), casts=len(p.casts))
     return found
 
+
+# what a node is when no op of its own ran: removed (its output flows on into a node of the original graph),
+# constant-folded, or not matched in the optimized graph at all
+GONE = frozenset({"removed", "folded", "unknown"})
 
 # ops that only move or reshape values: a change of their precision follows from their neighbours'
 MOVES = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Gather", "Concat", "Slice", "Split", "Shape",
@@ -123,16 +134,69 @@ def how(k: Kernel) -> str:
     if k.precision in ("fp16", "fp32"):
         article = "an" if k.precision[0] in "aeiouf" else "a"
         return f"as {article} {k.precision} {op}{fused}"
-    return f"{k.precision} ({op}{fused})"
+    return {"other": "without floating point", "bf16": "in bf16"}.get(k.precision, f"in {k.precision}") + \
+        f", as {op}{fused}"
+
+
+def _is(k: Kernel, past: bool = False) -> str:
+    """What a node does on a release, as a verb phrase: 'runs as an fp16 Add on the CPU provider', 'is removed by
+    the optimizer (its output goes on to `/n`)'; `past`: 'ran ...', 'was removed ...'."""
+    if k.precision == "removed":
+        into = f" (its output goes on to `{k.optimized_node}`)" if k.optimized_node else ""
+        return f"{'was' if past else 'is'} removed by the optimizer{into}"
+    if k.precision == "folded":
+        return f"{'was' if past else 'is'} constant-folded"
+    if k.precision == "unknown":
+        return f"{'was' if past else 'is'} not found in the optimized graph"
+    return f"{'ran' if past else 'runs'} {how(k)}"
+
+
+def _same(good: Kernel, bad: Kernel) -> bool:
+    return (good.precision, good.op_type, good.provider) == (bad.precision, bad.op_type, bad.provider)
 
 
 def sentence(good_version: str, good: Kernel | None, bad_version: str, bad: Kernel) -> str:
     """'in 1.24.1, `/model/layers.4/Add_1` runs as an fp16 Add on the CPU provider; in 1.23.2 it ran in fp32
     between inserted Casts'."""
-    said = f"in {bad_version}, `{bad.node}` runs {how(bad)} on {provider_words(bad.provider)}"
+    on = "" if bad.precision in GONE else f" on {provider_words(bad.provider)}"
+    said = f"in {bad_version}, `{bad.node}` {_is(bad)}{on}"
     if good is None:
         return said + f"; {good_version}'s optimized graph does not show it"
-    if (good.precision, good.op_type, good.provider) == (bad.precision, bad.op_type, bad.provider):
+    if _same(good, bad):
         return said + f", as in {good_version}"
-    where = "" if good.provider == bad.provider else f" on {provider_words(good.provider)}"
-    return said + f"; in {good_version} it ran {how(good)}{where}"
+    where = "" if good.provider == bad.provider or good.precision in GONE else f" on {provider_words(good.provider)}"
+    return said + f"; in {good_version} it {_is(good, past=True)}{where}"
+
+
+def groups(good_version: str, on_good: dict[str, Kernel], bad_version: str, on_bad: dict[str, Kernel],
+           nodes: list[str], shown: int = 3) -> list[dict]:
+    """`nodes` that ran differently on the two releases, one entry per way they changed (the same op, precision
+    and provider on each side), in the order of their first node: {"nodes": [...], "sentence": ...}. A node that
+    ran alike on both is in none. Many nodes changed alike are one sentence with their count, not one each."""
+    found: dict[tuple, list[str]] = {}
+    for n in nodes:
+        bad, good = on_bad.get(n), on_good.get(n)
+        if bad is None or (good is not None and _same(good, bad)):
+            continue
+        key = (bad.op_type, _is(bad), bad.provider, None if good is None else (_is(good, past=True), good.provider))
+        found.setdefault(key, []).append(n)
+    out = []
+    for names in found.values():
+        if len(names) == 1:
+            out.append({"nodes": names, "sentence": sentence(good_version, on_good.get(names[0]), bad_version,
+                                                             on_bad[names[0]])})
+            continue
+        bad, good = on_bad[names[0]], on_good.get(names[0])
+        listed = ", ".join(f"`{n}`" for n in names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown
+                                                                 else "")
+        verb = _is(bad).replace("runs ", "run ", 1).replace("is ", "are ", 1)
+        on = "" if bad.precision in GONE else f" on {provider_words(bad.provider)}"
+        said = f"in {bad_version}, {len(names)} {bad.op_type} nodes ({listed}) {verb}{on}"
+        if good is None:
+            said += f"; {good_version}'s optimized graph does not show them"
+        else:
+            where = "" if good.provider == bad.provider or good.precision in GONE else \
+                f" on {provider_words(good.provider)}"
+            said += f"; in {good_version} they {_is(good, past=True).replace('was ', 'were ', 1)}{where}"
+        out.append({"nodes": names, "sentence": said})
+    return out

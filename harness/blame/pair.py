@@ -29,7 +29,7 @@ import onnx
 
 from harness.blame import kernels as kern
 from harness.blame import session_log
-from harness.blame.transformers import REWRITE_RULES, RULE_BASED, minimal_set
+from harness.blame.transformers import REWRITE_RULES, RULE_BASED, Found, minimal_set
 from harness.errors import EnvironmentSkip, HarnessError, UsageError
 from harness.metrics import probe_metrics
 from harness.probe import Observer, ProbeJob, Prober, serving
@@ -41,6 +41,7 @@ BLAME_DOC = "blame"
 LEVELS = ("disable", "basic", "extended")  # below "all", in order; "layout" only in releases that have it
 OPT_DATA_MIN_BYTES = 1024  # initializers above this go beside the saved optimized graph, not into it
 KERNEL_NODES = 8  # nodes named in the kernel section at most
+NAMED_BY_RUN = "the run's reduction or explanation"
 
 
 class NoFlip(Exception):
@@ -160,20 +161,29 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
     bad_log = logs[bad.version] or session_log.SessionLog()
     rules = _rules_in(plan, bad)
 
-    pp.expect(None, "the transformers")
-    found = minimal_set(bad_log.modified, bad_log.ran, rules,
-                        lambda names: pp.verdict(bad, names)["verdict"] == "good")
+    # the run's own level: no optimizing transformer runs below it, and only the levels under it are left to try
+    run_level = plan.job.session_options.get("graph_optimization_level")
+    levels = LEVELS[:LEVELS.index(run_level)] if run_level in LEVELS else LEVELS
+    if run_level == "disable":
+        # what the log names then are the passes every session applies (Casts for kernels without fp16, copies
+        # between devices), outside the optimizer's registry: `disabled_optimizers` does not reach them
+        found = Found(None)
+    else:
+        pp.expect(None, "the transformers")
+        found = minimal_set(bad_log.modified, bad_log.ran, rules,
+                            lambda names: pp.verdict(bad, names)["verdict"] == "good")
     pair = Pair(good.version, bad.version, question.get("mode") or "regression")
     doc: dict = {
         "run_id": run_store.dir.name, "mode": pair.mode, "good": good.version, "bad": bad.version, **pair.ends(),
         "question": question, "transformers": found.transformers, "flips": found.flips,
+        "graph_optimization_level": run_level, "searched": run_level != "disable",
         "stages": [s.document() for s in found.stages],
         "session_logs": {v: (lg.document() if lg else None) for v, lg in logs.items()},
     }
     # a load error often names the transformer it failed in (a fused node is named after its fusion)
     error = (looks[1]["record"].get("reason") or "") if looks[1]["record"].get("status") == "error" else ""
     named = [n for n in bad_log.ran if n not in (found.transformers or []) and re.search(rf"\b{re.escape(n)}\b", error)]
-    pp.expect(len(named[:3]) + (1 if found.flips else len(LEVELS)), "the checks after")
+    pp.expect(len(named[:3]) + (1 if found.flips else len(levels)), "the checks after")
     doc["named_by_error"] = [{"name": n, "flips": pp.verdict(bad, (n,))["verdict"] == "good"} for n in named[:3]]
     if found.flips:
         on_good = pp.verdict(good, found.transformers)
@@ -191,7 +201,7 @@ def _blame(pp: PairProber, pool, plan, good, bad, store, run_store, question, no
         doc["level"] = None
     else:
         doc["on_last_good"] = None
-        doc["level"] = _level(pp, bad)
+        doc["level"] = _level(pp, bad, levels) if levels else None
     doc["kernels"] = _kernels(plan, pp, good, bad, logs, nodes)
     doc["commits"] = _commits(repo, doc, run_store, good, bad, log) if repo else None
     doc["probes"] = [{k: v for k, v in step.items() if k != "record"} for step in pp.made]
@@ -218,10 +228,11 @@ def _rules_in(plan, release) -> list[str]:
     return [r for r in REWRITE_RULES if found.get(r)]
 
 
-def _level(pp: PairProber, bad) -> dict:
-    """The lowest graph optimization level at which B is bad (no set of transformer names flips it)."""
+def _level(pp: PairProber, bad, levels=LEVELS) -> dict:
+    """The lowest graph optimization level of `levels` (those under the run's own) at which B is bad (no set of
+    transformer names flips it)."""
     verdicts = {}
-    for level in LEVELS:
+    for level in levels:
         verdicts[level] = pp.verdict(bad, level=level)["verdict"]
         if verdicts[level] == "bad":
             break
@@ -246,16 +257,21 @@ def _kernels(plan, pp: PairProber, good, bad, logs: dict, nodes: list[str]) -> d
                          "saves none), so no kernel is named"}
     g, b = graphs[good.version], graphs[bad.version]
     changed = kern.changed_nodes(original, g, b)
-    # the reduction's nodes that ran differently first, then the rest of them; without any, the changed ones
+    # the run's nodes (the explanation's suspect, then the reduction's) that ran differently first, then the rest of
+    # them; without any, the changed ones
     named = [n for n in nodes if n in changed] + [n for n in nodes if n not in changed] if nodes else changed
     named = list(dict.fromkeys(named))[:KERNEL_NODES]
-    on_good = kern.kernels(original, g, logs[good.version], named)
-    on_bad = kern.kernels(original, b, logs[bad.version], named)
+    every = list(dict.fromkeys([*named, *changed]))  # said by how they changed, with counts: every changed node
+    on_good = kern.kernels(original, g, logs[good.version], every)
+    on_bad = kern.kernels(original, b, logs[bad.version], every)
     rows = [{"node": n, "good": on_good[n].document() if n in on_good else None, "bad": on_bad[n].document(),
              "sentence": kern.sentence(good.version, on_good.get(n), bad.version, on_bad[n])}
             for n in named if n in on_bad]
-    return {"nodes": rows, "named_by": "the run's reduction or explanation" if nodes else
+    grouped = kern.groups(good.version, on_good, bad.version, on_bad, every)
+    apart = {n for grp in grouped for n in grp["nodes"]}
+    return {"nodes": rows, "named_by": NAMED_BY_RUN if nodes else
             "the nodes that ran differently on the two releases", "changed_nodes": len(changed),
+            "groups": grouped, "alike": [r["node"] for r in rows if r["node"] not in apart],
             "graphs": kern.graph_changes(g, b)}
 
 
@@ -310,19 +326,44 @@ def said(doc: dict) -> str:
         for alt in doc.get("named_by_error") or []:
             out.append(f"`{alt['name']}`, which {B}'s error names, "
                        + ("makes it good when disabled alone too." if alt["flips"] else "does not flip it alone."))
+    elif doc.get("searched") is False:  # the run's own options turn the optimizer off
+        passes = ((doc.get("session_logs") or {}).get(B) or {}).get("ran") or []
+        applied = (f" Its session log names only the passes every session applies at any level ({', '.join(passes)}: "
+                   "Casts around kernels without fp16, copies between devices), which `disabled_optimizers` does not "
+                   "reach." if passes else "")
+        out.append(f"The run's session options disable graph optimizations (`graph_optimization_level` "
+                   f"disable): no optimizing graph transformer runs on either release, so none is searched, and "
+                   f"there is no lower level to try.{applied} The change is in a kernel, or in which kernels {B} has.")
     else:
         level = doc.get("level") or {}
         out.append(f"No set of graph transformers flips {B}: disabling every one that changed its graph, then "
                    "every one that ran, leaves it bad.")
+        own = doc.get("graph_optimization_level")
+        lowest = list(LEVELS[:LEVELS.index(own)] if own in LEVELS else LEVELS)[:1]
         if level.get("good_at"):
             out.append(f"{B} is good at graph optimization level `{level['good_at']}` and bad from "
                        f"`{level['bad_from']}`: an optimization of that level that `disabled_optimizers` does not reach.")
-        elif level:
+        elif level and lowest == ["disable"]:
             out.append(f"{B} is bad even with graph optimizations disabled: the change is in a kernel or the runtime.")
-    rows = (doc.get("kernels") or {}).get("nodes") or []
-    for row in rows[:3]:
-        out.append(row["sentence"][0].upper() + row["sentence"][1:] + ".")
-    unnamed = (doc.get("kernels") or {}).get("error")
+    kernels = doc.get("kernels") or {}
+    rows = kernels.get("nodes") or []
+    grouped = kernels.get("groups") or []
+    # one sentence per way the nodes changed, the run's suspect first; many changed alike are one, with a count
+    for grp in grouped[:3]:
+        out.append(grp["sentence"][0].upper() + grp["sentence"][1:] + ".")
+    if len(grouped) > 3:
+        rest = grouped[3:]
+        out.append(f"{sum(len(grp['nodes']) for grp in rest)} more nodes changed in {len(rest)} other "
+                   f"way{'s' if len(rest) > 1 else ''}.")
+    alike = kernels.get("alike") or []
+    if alike and grouped and kernels.get("named_by") == NAMED_BY_RUN:
+        listed = ", ".join(f"`{n}`" for n in alike[:3]) + (f" and {len(alike) - 3} more" if len(alike) > 3 else "")
+        out.append(f"{len(alike)} other node{'s' if len(alike) > 1 else ''} of those {kernels['named_by']} "
+                   f"name{'' if len(alike) > 1 else 's'} ran alike on both releases ({listed}).")
+    elif rows and not grouped:
+        out.append(f"The nodes {kernels['named_by']} name ran alike on both releases: the change is inside a "
+                   "kernel that kept its op, precision and provider.")
+    unnamed = kernels.get("error")
     if unnamed and not rows:
         out.append(unnamed[0].upper() + unnamed[1:] + ".")
     commits = doc.get("commits")
@@ -377,15 +418,16 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
 
 
 def _named_nodes(store: RunStore, reduced_dir: Path) -> list[str]:
-    """The nodes the run's reduction kept, else the explanation's suspect: what the kernel section names."""
+    """The explanation's suspect (the node the report names), then the nodes the run's reduction kept: what the
+    kernel section names first."""
     from harness.results.store import EXPLANATION
 
     reduced = RunStore(reduced_dir).document("reduce") if reduced_dir.is_dir() else None
     names = []
+    expl = store.document(EXPLANATION)
+    if isinstance(expl, dict) and isinstance(expl.get("suspect"), str):  # first: the node the report names
+        names.append(expl["suspect"])
     if isinstance(reduced, dict) and isinstance(reduced.get("nodes"), dict):
         kept = reduced["nodes"].get("kept") or []
-        names = [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
-    expl = store.document(EXPLANATION)
-    if isinstance(expl, dict) and isinstance(expl.get("suspect"), str):
-        names.append(expl["suspect"])
-    return names
+        names += [n for n in kept if isinstance(n, str)] if isinstance(kept, list) else []
+    return list(dict.fromkeys(names))

@@ -57,12 +57,10 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, repo, ray_ad
     try:
         with ProbeLines(err) as progress:
             doc = blame_saved_run(run_dir, cache_dir, offline, repo=repo, question=question,
-                                  bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr, observer=progress)
+                                  bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr, observer=progress,
+                                  ray_address=ray_address)
     except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (harness.errors.Terminated)
         return say_stopped(exc, f"the finished probes are saved in {run_dir / BLAME}")
-        doc = blame_saved_run(run_dir_of(run, results_dir), cache_dir, offline, repo=repo, question=question,
-                              bad_if=bad_if_text(bad_if), command=sys.argv, log=log_to_stderr,
-                              ray_address=ray_address)
     except NoFlip as exc:
         if as_json:
             print_json({"error": str(exc), "exit_status": EXIT_NO_BOUNDARY})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -29,12 +30,21 @@ from harness.results.store import MANIFEST
 @click.option("--no-probe", is_flag=True, help="Do not probe the newest release, nor trace to explain.")
 @click.option("--embed-limit", type=click.IntRange(min=0), default=64 << 10, show_default=True,
               help="Embed the model in the repro script when it is at most this many bytes.")
-def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_probe, embed_limit):
+@click.option("--attach-limit", type=click.IntRange(min=0), default=None, show_default="20 MiB",
+              help="Put the model and its external data files in repro-batch.zip, beside the script, when together "
+                   "they are at most this many bytes (0: never; the report then names the files to attach).")
+@click.option("--reduce/--no-reduce", "reduce", default=None,
+              help="Reduce the run first (bisect reduce), for a repro a maintainer runs in seconds [default: when "
+                   "the run has a boundary, no reduction yet, and the pair's probes say it takes about a minute at "
+                   "most; never with --no-probe].")
+def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_probe, embed_limit, attach_limit, reduce):
     """A paste-ready upstream report of a run: environment, verdicts, explanation, repro script.
 
     RUN is a results/<run-id> directory, or a run id in --results-dir.
     """
-    from harness.report import upstream
+    from harness.report import reduction, upstream
+    from harness.report.repro_files import ATTACH_LIMIT
+    from harness.report.terminal import ProbeLines
     from harness.results.store import RunStore, read_manifest
 
     run_dir = Path(run)
@@ -50,8 +60,18 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_prob
         raise UsageError(f"{run}: the run's {MANIFEST} lacks {', '.join(lacking)}; not a run bisect made")
     if not RunStore(run_dir).records():
         raise UsageError(f"{run}: no probes recorded in this run; nothing to report")
+    advice = reduction.advice(run_dir, cache_dir, offline, question, bad_if_text(bad_if), reduce, probe=not no_probe)
+    err.print(escape(advice.said))
+    if advice.reduce:
+        with ProbeLines(err) as progress:
+            why_not = reduction.reduce_first(run_dir, cache_dir, offline, question, bad_if_text(bad_if),
+                                             explicit=bool(reduce), log=log_to_stderr, observer=progress,
+                                             command=sys.argv)
+        if why_not:
+            err.print(escape(why_not))
     doc = upstream.build(run_dir, cache_dir=cache_dir, offline=offline, probe=not no_probe,
-                         embed_limit=embed_limit, log=log_to_stderr, question=question, bad_if=bad_if_text(bad_if))
+                         embed_limit=embed_limit, log=log_to_stderr, question=question, bad_if=bad_if_text(bad_if),
+                         attach_limit=ATTACH_LIMIT if attach_limit is None else attach_limit)
     err.print(f"answering {escape(doc['question']['said'])}")
     saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))

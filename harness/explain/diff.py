@@ -171,28 +171,38 @@ def diff(a: TraceResult, b: TraceResult, predicate: Predicate | None = None) -> 
         if (pa is not None or pb is not None) and _prec_key(pa) != _prec_key(pb):
             res.precision_changes.append({"node": na.name, "op_type": na.op_type, "layer": na.layer,
                                           "a": _prec_doc(pa), "b": _prec_doc(pb)})
-    res.first_differs = _first_differs(res)
+    res.first_differs = _first_differs(res, tol)
     res.suspect, res.explanation = _explain(a, b, res)
     return res
 
 
-def _first_differs(res: DiffResult) -> dict | None:
+def _first_differs(res: DiffResult, tol: Tolerance) -> dict | None:
     """The first node that differs (the first not bit-identical), judged under the run's tolerance, in words."""
     first = res.first_bits_differ
     if first is None:
         return None
     beyond = res.first_divergent is not None and res.first_divergent["tensor"] == first["tensor"]
-    measure = (f"a relative difference of {first['rel']:.3g} in its statistics" if math.isfinite(first["rel"])
-               else "a value non-finite on one release only, or another shape")
+    # measured as the tolerance reads it: an abs-diff question by the statistics' absolute difference
+    size, kind = (first["abs"], "an absolute") if tol.kind == "abs" else (first["rel"], "a relative")
     said = (f"`{first['node']}` ({first['op_type']}) is the first node whose output differs: the first, in "
             f"topological order, whose traced output `{first['tensor']}` is not bit-identical on {res.a} and "
-            f"{res.b} (sha256 of each tensor), with {measure}, "
-            + ("beyond" if beyond else "within") + f" the run's tolerance ({res.tolerance}).")
+            f"{res.b} (sha256 of each tensor)")
+    if not math.isfinite(size):
+        said += (", with a value non-finite on one release only, or another shape, "
+                 + ("beyond" if beyond else "within") + f" the run's tolerance ({res.tolerance}).")
+    elif size == 0:
+        # a difference the statistics do not show is no difference "of 0": the bits moved, by less than they tell
+        said += (f"; its statistics (min, max, largest |x|) are the same on both releases: it moved by less than "
+                 "they show.")
+    else:
+        said += (f", with {kind} difference of {size:.3g} in its statistics (min, max, largest |x|), "
+                 + ("beyond" if beyond else "within") + f" the run's tolerance ({res.tolerance}).")
     later = res.first_divergent
+    tolerance = f" the run's tolerance ({res.tolerance})" if size == 0 else " it"  # said already where it is not 0
     if later is not None and not beyond:
-        said += f" The first beyond it is `{later['node']}`'s output `{later['tensor']}`."
+        said += f" The first beyond{tolerance} is `{later['node']}`'s output `{later['tensor']}`."
     elif later is None and not beyond:
-        said += " No traced output parts beyond it."
+        said += f" No traced output parts beyond{tolerance}."
     return {"node": first["node"], "op_type": first["op_type"], "tensor": first["tensor"], "how": "bit-exact",
             "beyond_tolerance": beyond, "tolerance": res.tolerance, "text": said}
 
@@ -215,6 +225,8 @@ def _verdict(t: TraceResult) -> str:
     seen = [f"{t.nan_rows} NaN rows of {t.rows}"]
     if c.get("comparison_error"):
         seen.append(f"not compared: {c['comparison_error']}")
+    elif c.get("identical"):
+        seen.append("identical bits to the reference")
     else:
         for key, words in (("cosine_min", "worst row's cosine"), ("rel_diff_max", "max relative difference"),
                            ("abs_diff_max", "max absolute difference")):
@@ -243,12 +255,16 @@ def _explain(a: TraceResult, b: TraceResult, res: DiffResult) -> tuple[str | Non
         tg = good.tensor(tensor)
         if changed:
             c = changed[0]
-            also = (" (rounded to fp16 only for the trace, it reads " + ("Inf" if tg and tg.inf else "NaN") +
-                    f" on {good.version} too)") if tg and tg.nonfinite else ""
+            # the trace reads a tensor out in its declared dtype: an fp32 island's value reads Inf there too, though
+            # the good release's own run never rounded it
+            also = (f" The trace reads `{tensor}` as {'Inf' if tg.inf else 'NaN'} on {good.version} too, only because "
+                    f"tracing reads it out in fp16: {good.version}'s own run never rounds it.") \
+                if tg and tg.nonfinite else ""
             return c, (f"`{c}` ran {describe(good.precision.get(c))} on {good.version} and "
                        f"{describe(bad.precision.get(c))} on {bad.version}. Its input `{tensor}` (from `{node}`) is "
-                       f"beyond the fp16 range{also}: on {good.version} it stayed in fp32, on {bad.version} it is "
-                       f"rounded to fp16 for `{c}` and becomes {kind}, and the rows turn NaN. {verdicts}")
+                       f"beyond the fp16 range (65504): on {good.version} it stays in fp32 for `{c}`; on "
+                       f"{bad.version} it is rounded to fp16 for `{c}`, becomes {kind}, and the rows turn NaN.{also} "
+                       f"{verdicts}")
         if res.precision_changes:
             first = res.precision_changes[0]
             return first["node"], (f"`{node}` is the first node whose output a consumer read as {kind} on "

@@ -193,8 +193,16 @@ def precision_map(original: onnx.ModelProto, optimized: onnx.ModelProto) -> dict
                     found.append(c.name)
         return tuple(dict.fromkeys(found))
 
+    def inserted_cast(node: onnx.NodeProto | None) -> bool:
+        return node is not None and node.op_type == "Cast" and node.name.startswith(CAST_PREFIX)
+
     def produced(t: str) -> onnx.NodeProto | None:
-        return opt_producer.get(t) or opt_producer.get(CAST_PREFIX + t)
+        """The node that computes `t`: where an inserted Cast turns an island's fp32 copy back into `t`, the node
+        that made the copy (x86_64 1.20.0: a Gemm the MatMul and Add were fused into, cast back for an fp16 norm)."""
+        p = opt_producer.get(t)
+        if p is None or inserted_cast(p):
+            return opt_producer.get(CAST_PREFIX + t) or p
+        return p
 
     result: dict[str, NodePrecision] = {}
     for node in orig_nodes:
@@ -220,7 +228,7 @@ def precision_map(original: onnx.ModelProto, optimized: onnx.ModelProto) -> dict
                 continue
             seen.add(t)
             p = produced(t)
-            if p is not None and not (p.op_type == "Cast" and p.name.startswith(CAST_PREFIX)):
+            if p is not None and not inserted_cast(p):
                 hit = p
                 break
             for c in orig_consumers.get(t, []):

@@ -29,6 +29,8 @@ data). Nothing of the reporter's machine (home, cache, results paths) is written
 What the script holds comes from a run's evidence, which may have been made on
 another machine: every value is written as a Python literal or as escaped
 docstring text (harness.report.escape), never as code.
+
+This module holds one concept: the repro script, its text and the parts it carries.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ from harness.vocabulary import GRAPH_LEVELS
 
 SCRIPT = REPRO  # results/<run>/repro.py
 
-# What the script may hold, each the bytes of one file: a model, or an .npz of arrays by name.
+# What the script may hold, each the bytes of one file: a model, or an .npz of arrays by name; the full model's
+# external data files are full_data_0, full_data_1, ... (in the attachment only).
 PARTS = ("reduced_model", "reduced_inputs", "reduced_reference", "full_model", "full_inputs", "full_reference")
 ARRAY_PARTS = ("reduced_inputs", "reduced_reference", "full_inputs", "full_reference")
 
@@ -82,6 +85,7 @@ def parts(reduced: dict | None, full: dict) -> dict[str, bytes]:
              "reduced_reference": npz_bytes(reduced["reference"]) if reduced and reduced.get("reference") is not None
              else None,
              "full_model": full.get("model"),
+             **{f"full_data_{i}": data for i, data in enumerate(full.get("data") or ())},
              "full_inputs": npz_bytes(full["inputs"]) if full.get("inputs") is not None else None,
              "full_reference": npz_bytes(full["reference"]) if full.get("reference") is not None else None}
     return {k: v for k, v in found.items() if v is not None}
@@ -249,14 +253,19 @@ def script(*, title: str, predicate, bad_means: str, session_options: dict, wher
                         f"{reduced['rows']} row(s), {how}" + (" (the full model's file: give it as for --full)"
                                                              if reduced["model"] is None and not full.get("model")
                                                              and not full.get("hub") else ""), 27))
-    if full.get("model"):
+    data_files = [d[0] for d in full.get("data_files") or ()]
+    beside = f", with {', '.join(data_files)} beside it" if data_files else ""
+    if full.get("model") and "full_model" in left_out:
+        usage.append(sh(["python", SCRIPT, "--full"], f"the full model ({full['file']}{beside}), from "
+                        f"{(attached or {}).get('file')}", 27))
+    elif full.get("model"):
         usage.append(sh(["python", SCRIPT, "--full"], f"the full model ({full['file']}), embedded", 27))
     elif full.get("hub"):
         usage.append(sh(["python", SCRIPT, "--full"], "the full model, fetched from the hub (pip install huggingface_hub)",
                         27))
     else:
         sha = f"sha256 {full['sha256'][:16]}..." if full.get("sha256") else "sha256 not known"
-        usage.append(sh(["python", SCRIPT, "--full", full["file"]], f"the full model, given by path ({sha})"))
+        usage.append(sh(["python", SCRIPT, "--full", full["file"]], f"the full model, given by path ({sha}){beside}"))
     header = [f"Repro: {title}.", "", "    " + sh(["pip", "install", requirement, "numpy"]),
               *(f"    {u}" for u in usage), "",
               f"Exit status 0 good, 1 bad, 2 no verdict. Bad means: {bad_means} (--bad-if {pred}).",
@@ -283,6 +292,7 @@ FULL_MODEL_B64 = {wrap(blobs.get("full_model"))}
 FULL_MODEL_FILE = {lit(full["file"])}
 FULL_MODEL_SHA256 = {lit(full.get("sha256"))}  # None: not known (the model was not read)
 FULL_MODEL_HUB = {lit(full.get("hub"))}
+FULL_MODEL_DATA = {lit([list(d) for d in full.get("data_files") or ()])}  # [[location, sha256, bytes]]: read from beside it
 FULL_INPUTS_NPZ_B64 = {wrap(blobs.get("full_inputs"))}
 FULL_REFERENCE_NPZ_B64 = {wrap(blobs.get("full_reference"))}
 FULL_OUTPUTS = {lit(list(full["outputs"]))}
@@ -334,6 +344,54 @@ def session(model):
         so.intra_op_num_threads = int(SESSION_OPTIONS["intra_op_num_threads"])
     return ort.InferenceSession(model, sess_options=so, providers=[p[0] for p in PROVIDERS],
                                 provider_options=[p[1] for p in PROVIDERS])
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def inside(where, name):
+    """`name` (a file the report names) under the directory `where`, or stop: never a path out of it."""
+    path = os.path.normpath(os.path.join(where, name))
+    if os.path.isabs(name) or not path.startswith(where + os.sep):
+        no_verdict("%r is not a file name under %s: no verdict" % (name, where))
+    return path
+
+
+def full_model_of_report():
+    """The full model this report carries (embedded, or in the attachment), or None: its bytes, or, with external
+    data, the path of a copy written with its data files beside it next to this script (onnxruntime reads external
+    data from beside the model file)."""
+    data = part("full_model", FULL_MODEL_B64)
+    if data is None or not FULL_MODEL_DATA:
+        return data
+    where = os.path.join(os.path.dirname(os.path.abspath(__file__)), "repro-model")
+    files = [(FULL_MODEL_FILE, data)] + [(loc, part("full_data_%d" % i, None))
+                                         for i, (loc, _, _) in enumerate(FULL_MODEL_DATA)]
+    for name, blob in files:
+        if blob is None:
+            no_verdict("%s is not in %s: no verdict" % (name, ATTACHED["file"] if ATTACHED else "this script"))
+        path = inside(where, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(blob)
+    return inside(where, FULL_MODEL_FILE)
+
+
+def data_beside(model):
+    """A model given by path reads its external data from beside it: each file the report names must be there."""
+    home = os.path.dirname(os.path.abspath(model))
+    for loc, sha, size in FULL_MODEL_DATA:
+        path = inside(home, loc)
+        if not os.path.isfile(path):
+            no_verdict("%s reads its external data from %s beside it (%d bytes, sha256 %s): put that file there"
+                       % (model, loc, size, sha))
+        if sha256_of(path) != sha:
+            print("warning: the sha256 of %s differs from the reported one" % loc, file=sys.stderr)
 
 
 def fetch_full_model():
@@ -421,22 +479,19 @@ def main(argv):
     args = [a for a in argv[1:] if a != "--full"]
     reference = None
     if full or REDUCED_MODEL_IS_FULL:
-        if args:
-            model = args[0]
-        elif FULL_MODEL_B64:
-            model = base64.b64decode(FULL_MODEL_B64)
-        elif FULL_MODEL_HUB:
+        model = args[0] if args else full_model_of_report()
+        if model is None and FULL_MODEL_HUB:
             model = fetch_full_model()
-        else:
+        elif model is None:
             # the file's name is the record's: one quoted word of the line a reader pastes
             print("give the model: %s" % shlex.join(["python", sys.argv[0], *(["--full"] if full else []),
                                                     FULL_MODEL_FILE]),
                   file=sys.stderr)
             return 2  # a usage error, not a verdict: 1 means bad
-        if isinstance(model, str) and FULL_MODEL_SHA256:
-            with open(model, "rb") as f:
-                if hashlib.sha256(f.read()).hexdigest() != FULL_MODEL_SHA256:
-                    print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
+        if args and FULL_MODEL_SHA256 and sha256_of(model) != FULL_MODEL_SHA256:
+            print("warning: the model's sha256 differs from the reported one", file=sys.stderr)
+        if args and FULL_MODEL_DATA:
+            data_beside(model)
     if full:
         feeds = part("full_inputs", FULL_INPUTS_NPZ_B64)
         if feeds is None:

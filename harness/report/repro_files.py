@@ -13,9 +13,11 @@ script and the report say in one line why it is not.
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
 from harness.errors import HarnessError, UsageError
+from harness.graphs.external import location_problem
 from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.releases import packages
@@ -88,26 +90,32 @@ def _reduced_part(store: RunStore, embed_limit: int, predicate: Predicate) -> tu
              "pair": doc["pair"], "sources": sources}, over, None)
 
 
-def _model_file(manifest: dict, key: dict, embed_limit: int) -> tuple[bytes | None, str | None, str | None]:
-    """(the model's bytes to embed or None, its file's sha256 or None, why it is not embedded or None).
+def _model_files(manifest: dict, key: dict) -> tuple[list[dict], str | None]:
+    """(the model's files, or [] and why not): the model, then each external data file, as {"file": the name the
+    model reads it by (its location, relative to the model's directory), "path", "bytes", "sha256", "data"}.
 
-    The file at the manifest's model.path (and its data files) is taken for the run's model only when their
-    digest is the run key's: a manifest from elsewhere could name any file of this machine."""
+    The file at the manifest's model.path and its data files are taken for the run's model only when their digest
+    is the run key's: a manifest from elsewhere could name any file of this machine."""
     model = manifest["model"]
     path, data_files = Path(model["path"]), [Path(p) for p in model.get("data_files") or [] if isinstance(p, str)]
     name = path.name
     try:
         if not all(f.is_file() for f in (path, *data_files)):
-            return None, None, f"the model file {name} is not on the machine that made this report: not embedded."
-        data = path.read_bytes() if path.stat().st_size <= embed_limit else None
-        hashes = [hashlib.sha256(data).hexdigest() if data is not None else models.file_sha256(path),
-                  *(models.file_sha256(f) for f in data_files)]
+            return [], f"the model file {name} is not on the machine that made this report: not embedded."
+        files = [{"file": name, "path": path, "bytes": path.stat().st_size, "sha256": models.file_sha256(path),
+                  "data": False}]
+        for f in data_files:
+            location = Path(os.path.relpath(f, path.parent)).as_posix()
+            if location_problem(location):  # the run refused such a file: this manifest is not the run's
+                return [], f"the data file {f.name} is not beside the model {name}: not embedded."
+            files.append({"file": location, "path": f, "bytes": f.stat().st_size, "sha256": models.file_sha256(f),
+                          "data": True})
     except OSError as exc:
-        return None, None, f"the model file {name} could not be read ({exc.strerror or exc}): not embedded."
-    if models.digest_of(hashes) != key.get("model"):
-        return None, None, (f"the file at the run's model path ({name}) is not the run's model (its digest is not "
-                            "the run key's): not embedded.")
-    return (None if data_files else data), hashes[0], None
+        return [], f"the model file {name} could not be read ({exc.strerror or exc}): not embedded."
+    if models.digest_of([f["sha256"] for f in files]) != key.get("model"):
+        return [], (f"the file at the run's model path ({name}) is not the run's model (its digest is not "
+                    "the run key's): not embedded.")
+    return files, None
 
 
 def _batch(manifest: dict, key: dict) -> tuple[dict | None, str | None]:
@@ -123,16 +131,32 @@ def _batch(manifest: dict, key: dict) -> tuple[dict | None, str | None]:
     return arrays, None
 
 
-def _full_part(manifest: dict, key: dict, embed_limit: int) -> dict:
-    data, sha256, model_note = _model_file(manifest, key, embed_limit)
+def _full_part(manifest: dict, key: dict, embed_limit: int, attach_limit: int) -> dict:
+    """The full model and batch as the script holds them: the model embedded when it is one file within the embed
+    limit, else (with its data files) in the attachment when they are within the attach limit together, else
+    named with its files for the reader to give; a hub model is fetched by its repo and revision."""
+    files, model_note = _model_files(manifest, key)
     inputs, batch_note = _batch(manifest, key)
     hub = None
     if manifest["model"].get("source") == "hub":
         spec = models.registered().get(manifest["model"].get("name"))
         if spec is not None:
             hub = {"repo_id": spec.repo, "revision": spec.revision, "files": [spec.model_file, *spec.extra_files]}
-    return {"model": data, "sha256": sha256, "file": Path(manifest["model"]["path"]).name, "hub": hub,
-            "inputs": inputs, "outputs": list(key.get("outputs") or []), "notes": [n for n in (model_note, batch_note) if n]}
+    total = sum(f["bytes"] for f in files)
+    alone = len(files) == 1 and total <= embed_limit
+    carried = bool(files) and (alone or (hub is None and total <= attach_limit))
+    try:
+        data = [f["path"].read_bytes() for f in files] if carried else []
+    except OSError as exc:
+        data, model_note = [], f"the model file {files[0]['file']} could not be read ({exc.strerror or exc}): not embedded."
+    if data and models.digest_of([hashlib.sha256(d).hexdigest() for d in data]) != key.get("model"):
+        data = []  # changed since it was hashed
+    return {"model": data[0] if data else None, "data": data[1:], "attached": bool(data) and not alone,
+            "sha256": files[0]["sha256"] if files else None, "file": Path(manifest["model"]["path"]).name,
+            "files": [{k: f[k] for k in ("file", "bytes", "sha256", "data")} for f in files],
+            "data_files": [[f["file"], f["sha256"], f["bytes"]] for f in files[1:]], "hub": hub,
+            "inputs": inputs, "outputs": list(key.get("outputs") or []),
+            "notes": [n for n in (model_note, batch_note) if n]}
 
 
 def reference_values(store: RunStore, ref: dict | None, first_bad: str | None) -> dict | None:
@@ -160,11 +184,12 @@ def reference_values(store: RunStore, ref: dict | None, first_bad: str | None) -
 
 SCRIPT_LIMIT = 40_000  # characters of repro.py, so that the report holding it stays under REPORT_LIMIT
 REPORT_LIMIT = 60_000  # characters of the Markdown: GitHub refuses an issue body over 65,536
+ATTACH_LIMIT = 20 << 20  # bytes of the model and its data put in the attachment: GitHub takes files up to 25 MB
 
 
 def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate, reference: dict | None,
                 embed_limit: int, where: str, reference_label: str = "the reference",
-                into: RunStore | None = None) -> dict:
+                into: RunStore | None = None, attach_limit: int = ATTACH_LIMIT) -> dict:
     """repro.py of the run's question (`predicate`, and `reference`: the values it compares with, by output, named
     `reference_label` in the script's words), and beside it the attachment (REPRO_BATCH) of what would make the
     script too long for a report; written in the run, or in `into` (the folder of a question of its own)."""
@@ -180,7 +205,7 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
         else:
             notes.append("the reference's values of the full model are not on the machine that made this report: "
                          "--full gives no verdict; the reduced repro carries its own.")
-    full = _full_part(manifest, key, embed_limit)
+    full = _full_part(manifest, key, embed_limit, attach_limit)
     full["reference"] = reference if predicate.needs_reference else None
     full["notes"] += notes + ([reduced_note] if reduced_note else [])
     package = packages.of_key(key)
@@ -202,18 +227,23 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 
     # what does not fit goes out: the arrays into the attachment (largest first), then the full model (it is the
     # user's own file: given by path), then the reduced model into the attachment
-    attached: list[str] = [p for p in over if p in blobs]  # a part over the embed limit is attached from the start
+    # a part over the embed limit is attached from the start, and a model with its data files goes there whole
+    over += ["full_model", *(k for k in blobs if k.startswith("full_data_"))] if full["attached"] else []
+    attached: list[str] = [p for p in over if p in blobs]
     script, data, info = make(attached)
     arrays = sorted((k for k in repro_mod.ARRAY_PARTS if k in blobs), key=lambda k: -len(blobs[k]))
     for move in [*arrays, "full_model", "reduced_model"]:
         if len(script) <= SCRIPT_LIMIT:
             break
         if move == "full_model":
-            if full["model"] is None:
+            if full["model"] is None or move in attached:
                 continue
-            full["model"] = None
-            full["notes"].append(f"the model file {full['file']} ({len(blobs.pop(move)):,} bytes) is not embedded, "
-                                 "to keep the report short: give it by path.")
+            if len(blobs[move]) > attach_limit:
+                full["model"] = None
+                full["notes"].append(f"the model file {full['file']} ({len(blobs.pop(move)):,} bytes) is not "
+                                     "embedded, to keep the report short: give it by path.")
+            else:
+                attached.append(move)
         elif move in blobs:
             attached.append(move)
         else:
@@ -225,7 +255,9 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
         out.save_file(REPRO_BATCH, data)
     else:
         out.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
-    return {"file": SCRIPT, "model_embedded": full["model"] is not None, "model_file": full["file"],
+    model_in = REPRO_BATCH if "full_model" in attached else SCRIPT if full["model"] is not None else None
+    return {"file": SCRIPT, "model_embedded": model_in == SCRIPT, "model_attached": model_in == REPRO_BATCH,
+            "model_file": full["file"], "model_files": full["files"],
             "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
             "reduced": {**{k: reduced[k] for k in ("nodes", "of", "rows", "pair")},
                         "model_is_full": reduced["model"] is None} if reduced else None,
@@ -237,15 +269,17 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
 
 def _where(blobs: dict[str, bytes], attached: list[str], reduced: dict | None, full: dict, manifest: dict) -> list[dict]:
     """What is where: each file the repro needs (its name, size and sha256; a reduction's by its path under the
-    results directory), and whether it is embedded in the script, in the attachment, or given by path."""
+    results directory), and whether it is embedded in the script, in the attachment, or for the reader to give
+    (the model's data files beside it)."""
     rows = []
     for part, src in ((reduced or {}).get("sources") or {}).items():
         rows.append({"part": part, **src, "where": REPRO_BATCH if part in attached else SCRIPT if part in blobs else None})
-    if full.get("model") is not None or full.get("sha256"):
-        data = blobs.get("full_model")
-        rows.append({"part": "full_model", "file": full["file"], "bytes": len(data) if data is not None else None,
-                     "sha256": full.get("sha256"),
-                     "where": REPRO_BATCH if "full_model" in attached else SCRIPT if data is not None else "by path"})
+    for i, f in enumerate(full.get("files") or ()):
+        part = f"full_data_{i - 1}" if f["data"] else "full_model"
+        where = REPRO_BATCH if part in attached else SCRIPT if part in blobs else "the hub (--full fetches it)" \
+            if full.get("hub") else f"not in the report: attach it beside {full['file']}" if f["data"] else \
+            "not in the report: attach it"
+        rows.append({"part": part, "file": f["file"], "bytes": f["bytes"], "sha256": f["sha256"], "where": where})
     for part, name in (("full_inputs", Path(manifest["batch"]["path"]).name), ("full_reference", "reference values")):
         if part in blobs:
             rows.append({"part": part, "file": name, "bytes": len(blobs[part]),

@@ -16,7 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from harness.metrics import cosine_text, ratio_text
+from harness.metrics import cosine_said, cosine_text, ratio_text
 from harness.report.escape import printable
 from harness.report.terminal_table import KEY, FitTable
 from harness.summary import target_label
@@ -176,7 +176,7 @@ def run_table(doc: dict) -> Table:
         counted = p["verdict"] != "skip"  # a skip's numbers are not the release's
         t.add_row(plain(p["version"]), verdict(p["verdict"]),
                   *(str(p[k] or 0) if counted else "-" for k in ("nan_rows", "inf_rows", "rows")),
-                  *(_number(m.get(key), fmt) for key, _, fmt, _ in metric_cols),
+                  *(cosine_said(m) if k == "cosine_min" else _number(m.get(k), fmt) for k, _, fmt, _ in metric_cols),
                   *(ratio_text(m.get("timing"), key) for key, _, _ in timed),
                   f"{p['seconds']:.2f}", *((plain(p.get("commit") or "-"),) if commits else ()),
                   ("saved; " if p["reused"] else "") + plain(note))

@@ -29,10 +29,11 @@ from harness.releases import packages
 from harness.releases.versions import parse_version
 from harness.report import escape
 from harness.report.repro import SCRIPT
-from harness.report.repro_files import REPORT_LIMIT, reference_values, write_repro
+from harness.report.repro_files import ATTACH_LIMIT, REPORT_LIMIT, reference_values, write_repro
 from harness.results.store import (
     EXPLANATION,
     REPORT,
+    REPRO_BATCH,
     RunStore,
 )
 from harness.summary import Pair, build_of, compare_url, end_names
@@ -47,7 +48,7 @@ SYMPTOMS = {"nan-or-inf": "NaN/Inf outputs", "nan": "NaN outputs", "zero-rows": 
 
 
 def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool = True, embed_limit: int = 64 << 10,
-          log=None, question: str | None = None, bad_if: str | None = None) -> dict:
+          log=None, question: str | None = None, bad_if: str | None = None, attach_limit: int = ATTACH_LIMIT) -> dict:
     """The report as a JSON-able document (and repro.py written next to the run).
 
     It answers the run's question (harness.session.asked_of_run: the run document `question` names, else the
@@ -154,9 +155,11 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     bad = pair.bad if pair else None  # where the problem shows: the repro's platform and reference values
     env = environment(everything, key, bad or probed[-1], SCRIPT)
     elsewhere = other_targets(run_dir, key, bad, q) if bad else []
+    defaults = with_default_options(run_dir, key, pair, q) if pair and key.get("session_options") else None
     where = where_it_reproduces(env, elsewhere, bad)
     repro = write_repro(store, manifest, key, predicate, reference_values(store, q.reference, bad), embed_limit,
-                        where, (q.reference or {}).get("label") or "the reference", into=files)
+                        where, (q.reference or {}).get("label") or "the reference", into=files,
+                        attach_limit=attach_limit)
     commits = {v: build_of(recs.get(v))["commit"] for v in ((pair.older, pair.newer) if pair else ())}
     doc = {
         "run_id": run_dir.name,
@@ -191,6 +194,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
         "commits": {**{name: commits[v] for name, v in pair.ends().items()},
                     "compare": compare_url(commits[pair.older], commits[pair.newer])} if pair else None,
         "elsewhere": elsewhere,
+        "default_options": defaults,
         "explanation": {k: v for k, v in expl.items() if k not in ("diff", "chart")} if expl else None,
         "options": [{k: o.get(k) for k in ("version", "message", "changing_dimensions", "bisections", "dimensions",
                                            "verdicts_seen", "na_count")} for o in options],
@@ -249,6 +253,42 @@ def other_targets(run_dir: Path, key: dict, version: str, question) -> list[dict
             found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
                           "version": version, "verdict": rec["verdict"], "why": rec["why"]})
     return found
+
+
+def with_default_options(run_dir: Path, key: dict, pair: Pair, question) -> dict | None:
+    """The pair's verdicts, under `question`, in a run beside this one of the same model, batch and target with
+    onnxruntime's default session options: whether the defaults show what this run's options show."""
+    from harness.session import judged_for
+
+    same = ("model", "batch", "outputs", "arch", "backend", "cpu", "python")
+    for other in sorted(Path(run_dir).parent.glob("*/")):
+        okey = (RunStore(other).manifest() or {}).get("key") or {}
+        if other.name == Path(run_dir).name or okey.get("session_options") or \
+                any(okey.get(k) != key.get(k) for k in same):
+            continue
+        recs = judged_for(RunStore(other), question)
+        seen = {v: recs[v]["verdict"] for v in (pair.good, pair.bad) if v in recs}
+        if all(seen.get(v) in ("good", "bad") for v in (pair.good, pair.bad)):
+            return {"run_id": other.name, "verdicts": seen}
+    return None
+
+
+# the session options a run may set, as the report says them (harness.commands.common.search_spec)
+OPTION_WORDS = {"graph_optimization_level": ("graph optimization level", "--graph-opt"),
+                "intra_op_num_threads": ("intra_op_num_threads", "--threads")}
+
+
+def options_said(options: dict) -> str:
+    """Non-default session options in words: 'graph optimizations disabled (`--graph-opt disable`)'."""
+    said = []
+    for k, v in options.items():
+        if k == "graph_optimization_level" and v == "disable":
+            said.append("graph optimizations disabled (`--graph-opt disable`, `ORT_DISABLE_ALL`)")
+            continue
+        words, flag = OPTION_WORDS.get(k, (k, None))
+        said.append(f"{escape.md_text(words)} {escape.md_code(str(v))}"
+                    + (f" ({escape.md_code(f'{flag} {v}')})" if flag else ""))
+    return ", ".join(said)
 
 
 FP16_CPUS = ("Arm Neoverse N1/V1/V2 (AWS Graviton2-4, Ampere Altra, Google Axion), Cortex-A76 and later; "
@@ -337,6 +377,42 @@ def profile_section(prof: dict) -> list[str]:
     return [*L, ""]
 
 
+def model_needs(r: dict) -> list[str]:
+    """What a reader needs of the full model that the report does not carry, in plain words: the hub's repo,
+    revision and files; else the model's own file and its data files, to attach side by side (with their sizes
+    and sha256); and that a model's data files travel with it."""
+    t, code = escape.md_text, escape.md_code
+    files = r.get("model_files") or []
+    data = [f for f in files if f.get("data")]
+    if r.get("model_embedded"):
+        return []
+    if r.get("model_attached"):
+        if not data:
+            return []
+        return ["", f"{code(files[0]['file'])} reads its external data ({', '.join(code(f['file']) for f in data)}) "
+                f"from beside it: `python {SCRIPT} --full` writes them side by side into `repro-model/` from "
+                f"{code(REPRO_BATCH)}."]
+    if r.get("hub"):
+        h = r["hub"]
+        return ["", f"The full model is not in this report: it is on the Hugging Face Hub, repo {code(h['repo_id'])} "
+                f"at revision {code(h['revision'])}, files {', '.join(code(f) for f in h['files'])}; "
+                f"`python {SCRIPT} --full` downloads them (pip install huggingface_hub)."]
+    if not files:
+        return ["", f"The full model ({code(r['model_file'])}) is not in this report and was not on the machine that "
+                "made it: its size and sha256 are not known here."]
+    said = ", ".join(f"{code(f['file'])} ({f['bytes']:,} bytes, sha256 {code(f['sha256'])})" for f in files)
+    big = sum(f["bytes"] for f in files) > GITHUB_ATTACHMENT
+    return ["", f"The full model is not in this report: attach {said}"
+            + (", kept side by side in one directory (the model reads its external data from beside it)"
+               if data else "")
+            + (": over the 25 MB a GitHub attachment takes, so share them by a link" if big else "")
+            + f"; `python {SCRIPT} --full {t(files[0]['file'])}` checks "
+            + ("their" if data else "its") + " sha256."]
+
+
+GITHUB_ATTACHMENT = 25 << 20  # bytes: the largest file a GitHub issue takes
+
+
 def markdown(doc: dict) -> str:
     """The report as Markdown, under REPORT_LIMIT characters: with repro.py inside it when that fits, else saying
     to attach the script. Every value of the evidence (names, versions, reasons, messages) is escaped where it
@@ -356,13 +432,18 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     ep = env.get("execution_provider") or "CPUExecutionProvider"
     on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
     symptom = 'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])
+    # options that are not onnxruntime's defaults are not what a reader running the defaults sees: said at once
+    off = ", graph optimizations disabled" if (doc.get("session_options") or {}).get("graph_optimization_level") \
+        == "disable" else ""
+    opts = f" with {options_said(doc['session_options'])}, not onnxruntime's default options," \
+        if doc.get("session_options") else ""
     if pair is None:
         title = f"{name}: {package} verdicts on {on}"
     elif pair.fix:
         title = f"{name}: {doc['symptom']} on {on} fixed in {package} {good} (last bad {bad})"
     else:
         title = f"{name}: {doc['symptom']} on {on} since {package} {bad} (last good {good})"
-    L = [f"## {t(title)}", ""]
+    L = [f"## {t(title + off)}", ""]
     q = doc["question"]
     asked = f"question {code(q['key'])}: " if q.get("key") else "a question asked on the command line: "
     L += [f"This report answers {asked}bad when {t(q.get('bad_means') or doc['bad_means'])} "
@@ -373,18 +454,27 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         bisected = (f"bisected over the releases {t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per "
                     "probe")
         if pair.fix:
-            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} up to onnxruntime "
+            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} up to onnxruntime "
                      f"**{t(bad)}**, the last bad release; **{t(good)}** is the first good one: it is fixed there "
                      f"({bisected}).")
         else:
-            L.append(f"Running {code(name)} through the CPU execution provider gives {symptom} from onnxruntime "
+            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} from onnxruntime "
                      f"**{t(bad)}** on; **{t(good)}** is the last good release ({bisected}).")
         L.append(f"A release counts as bad when {t(doc['bad_means'])} ({code('--bad-if ' + doc['predicate'])}).")
         if doc["untested_between"]:
             L.append(f"Releases between them that could not be tested: {t(', '.join(doc['untested_between']))}.")
+        d = doc.get("default_options")
+        if d:
+            seen = " and ".join(f"{t(v)} is {t(d['verdicts'][v])}" for v in (pair.older, pair.newer))
+            same = d["verdicts"] == {good: "good", bad: "bad"}
+            L.append(f"With the default options (run {code(d['run_id'])}) {seen}: "
+                     + ("the defaults show it too." if same else "the defaults do not show it; these options do."))
+        elif opts:
+            L.append("Whether the default options show it too was not checked (a run without these options would "
+                     "tell).")
     else:
         old, new = (n.split("_")[1] for n in end_names(doc.get("mode") or "regression"))
-        L.append(f"No {old}-to-{new} boundary in the probed releases.")
+        L.append(f"No {old}-to-{new} boundary in the probed releases" + (f"{opts[:-1]}." if opts else "."))
     nv = doc["newest"]
     if nv.get("verdict") in ("good", "bad"):
         still = "**still present**" if nv["verdict"] == "bad" else "**not present**"
@@ -458,28 +548,35 @@ def _markdown(doc: dict, paste_script: bool) -> str:
                  f"checked good on {t(red['pair'][0])} and bad on {t(red['pair'][1])} on the platform above. Only "
                  "onnxruntime and numpy are needed:")
     else:
-        L.append(f"Only onnxruntime and numpy are needed; `{SCRIPT}` embeds the batch (base64 .npz):")
+        batch_in = next((f["where"] for f in r.get("files") or () if f.get("part") == "full_inputs"), None)
+        L.append("Only onnxruntime and numpy are needed" + (f"; `{SCRIPT}` embeds the batch (base64 .npz):"
+                                                            if batch_in == SCRIPT else ":"))
     if r.get("attached"):
         a = r["attached"]
+        held = [f["file"] for f in r.get("files") or () if f.get("where") == a["file"]] or \
+            [p.replace("_", " ") for p in a["parts"]]
         L += ["", f"Attach {code(a['file'])} ({a['bytes']:,} bytes, sha256 {code(a['sha256'])}) beside `{SCRIPT}`: "
-              f"it holds {t(', '.join(p.replace('_', ' ') for p in a['parts']))}, too big to paste here."]
+              f"it holds {', '.join(map(code, held))}, too big to paste here."]
     for note in r.get("notes") or ():
         L += ["", f"Note: {t(note)}"]
     if r.get("files"):
         L += ["", "| file | bytes | sha256 | where |", "|---|---|---|---|"]
         for f in r["files"]:
-            size = f"{f['bytes']:,}" if isinstance(f.get("bytes"), int) else "?"
-            L.append(f"| {code(f['file'])} | {size} | {code(f['sha256']) if f.get('sha256') else '?'} | "
-                     f"{t(f.get('where') or '?')} |")
+            size = f"{f['bytes']:,}" if isinstance(f.get("bytes"), int) else "not known"
+            L.append(f"| {code(f['file'])} | {size} | {code(f['sha256']) if f.get('sha256') else 'not known'} | "
+                     f"{t(f.get('where') or 'not in the report')} |")
+    L += model_needs(r)
     sha = f"sha256 {r['model_sha256'][:16]}..." if r.get("model_sha256") else "sha256 not known"
     # every value (a requirement, a release, the model's file name) one quoted word of the lines a reader pastes
     sh = escape.sh_line
     full_args, full_said = (["--full"], "the full model, embedded") if r["model_embedded"] else (
+        ["--full"], f"the full model, from {REPRO_BATCH}") if r.get("model_attached") else (
         ["--full"], "the full model, fetched from the hub by revision (pip install huggingface_hub)") if r["hub"] else (
-        ["--full", r["model_file"]], f"the full model ({sha})")
+        ["--full", r["model_file"]], f"the full model, attached to the issue ({sha})")
     commands = [sh(["pip", "install", env.get("requirement") or f"onnxruntime=={version}", "numpy"])]
     if r["reduced"]:
-        by_path = r["reduced"].get("model_is_full") and not r["model_embedded"] and not r["hub"]
+        by_path = r["reduced"].get("model_is_full") and not r["model_embedded"] and not r.get("model_attached") \
+            and not r["hub"]
         commands.append(sh(["python", SCRIPT, r["model_file"]], "the reduced batch on the full model", 32) if by_path
                         else sh(["python", SCRIPT], "the reduced model", 32))
     after, sides = [], []

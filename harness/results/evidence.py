@@ -68,6 +68,7 @@ METRICS_FIELDS: dict[str, tuple[type, ...]] = {  # harness.metrics.probe_metrics
     "outputs": (dict,), "max_abs": (*_NUMBER, _NONE), "headroom": (*_NUMBER, _NONE), "reference": (str, _NONE),
     "comparison_error": (str,), "cosine_min": (*_NUMBER, _NONE), "rel_diff_max": (*_NUMBER, _NONE),
     "nonfinite_rows": (int, _NONE), "abs_diff_max": (*_NUMBER, _NONE), "rel_diff_floors": (dict,),
+    "identical": (bool,),
 }
 RESULT_FIELDS: dict[str, tuple[type, ...]] = {
     "stage": (str,), "error": (str, _NONE), "outputs": (list,), "rows": (dict, _NONE), "onnxruntime": (dict,),
