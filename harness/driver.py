@@ -19,7 +19,7 @@ import numpy as np
 from harness.errors import EnvironmentSkip, HarnessError
 from harness.executors import executor_of
 from harness.metrics import probe_metrics
-from harness.probe import Observer, ProbeJob, Probed, Prober, Silent, serving
+from harness.probe import Observer, ProbeJob, Probed, Prober, Silent, lacks, serving
 from harness.reference import (
     FP32_SERIES,
     RELEASE_SERIES,
@@ -81,9 +81,10 @@ class Driver:
         index = {r.version: i for i, r in enumerate(self.releases)}
         self._reference_release()
         records: dict[str, dict] = {}
-        # The newest record of each release decides (a merge or --refresh may have appended older ones later).
+        # The newest record of each release decides (a merge or --refresh may have appended older ones later);
+        # one that lacks what this search measures (its margin, its timed rounds) is probed again
         for version, rec in latest_by_version(own_records(self.store.records())).items():
-            if version in index:
+            if version in index and self.answers(rec):
                 if self._needs_fp32(rec):
                     self._probe_fp32(self.releases[index[version]])
                 records[version] = self.judge(rec)
@@ -165,10 +166,20 @@ class Driver:
             return m
 
         def saved() -> dict | None:
-            return saved_probe(self.store.records(), release.version, series)
+            rec = saved_probe(self.store.records(), release.version, series)
+            return rec if rec is not None and self.answers(rec, series) else None
 
         return self.prober.probe_once(release, job, saved, series=series, measure=measure,
                                       on_wait=self._waiting(release))
+
+    def answers(self, rec: dict, series: str | None = None) -> bool:
+        """Whether a stored record holds what this search's probes measure (probe.lacks), and, where the search
+        compares with a reference the record was not compared with, the outputs to compare."""
+        if lacks(rec, self.job) is not None:
+            return False
+        ref = self.reference
+        return (ref is None or rec.get("status") != "ran" or (rec.get("metrics") or {}).get("reference") == ref.id
+                or self.store.outputs_path(rec["version"], series).exists())
 
     def _waiting(self, release: Release):
         return lambda: self.observer.probe_waiting(release.version)

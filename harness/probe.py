@@ -100,6 +100,26 @@ class MarginJob:
     batch_digest: str = ""
 
 
+def lacks(record: dict, job: ProbeJob) -> str | None:
+    """What `job` asks a probe to measure that the stored `record` did not (None: the record answers the job), so
+    that a command asking more of a release than an earlier one did measures it again instead of reusing what
+    does not hold it: the fp16 margin of the same watched tensors, the timed rounds against the same baseline.
+    A margin read and found wanting (its error said) is an answer; a skip ran nothing and measured nothing."""
+    status = record.get("status")
+    if job.margin is not None and status != "skip":
+        got = record.get("margin")
+        what = job.margin.watched
+        if not isinstance(got, dict):
+            return "the fp16 margin"
+        if got.get("source") != what.source or ("error" not in got and got.get("watched") != len(what.tensors)):
+            return f"the fp16 margin of {len(what.tensors)} {what.source}"
+    if job.timing is not None and status == "ran":
+        timing = record.get("timing")
+        if not isinstance(timing, dict) or timing.get("baseline") != job.timing.baseline.version:
+            return f"the timed rounds against {job.timing.baseline.version}"
+    return None
+
+
 class Observer(Protocol):
     """Who hears of probes as they start and end (the terminal's progress lines)."""
 

@@ -209,3 +209,29 @@ def test_with_the_export_in_the_hub_cache_it_runs_without_the_hub(tmp_path):
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert Path(r.stdout.strip()).is_file()
+
+
+def test_offline_the_hub_model_s_line_names_its_stand_in_and_what_a_copy_of_the_file_needs(offline_cli, cache_dir,
+                                                                                             tmp_path):
+    """Without the hub, the one line says which embedded model shows the report's case (with the flags a user types
+    next) and that a copy of the export needs a batch: a file has none. Both claims are then held."""
+    import builders
+
+    from harness.models.registry import registered
+
+    r = offline_cli("run", "--model", "embeddinggemma", "--from", "1.23.2", "--to", "1.24.1", "--offline",
+                    "--cache-dir", cache_dir, "--results-dir", tmp_path / "results")
+    assert r.returncode == 2
+    line, = r.stderr.strip().splitlines()
+    stand_in = registered()["embeddinggemma"].stand_in
+    assert stand_in == "gemma-tiny-decomposed --arch aarch64"
+    assert f"--model {stand_in} shows its case" in line and "NaN from 1.24.1 on aarch64" in line, line
+    assert "--model PATH --inputs FILE.npz (a file has no default batch" in line, line
+    # the stand-in's flags pass every check (the probe would start), a file without --inputs does not
+    r = offline_cli("run", "--model", *stand_in.split()[:1], *stand_in.split()[1:], "--from", "1.23.2", "--to", "1.24.1",
+                    "--offline", "--cache-dir", cache_dir, "--results-dir", tmp_path / "results")
+    assert r.returncode is None, r.stderr
+    model = builders.save(builders.residual_norm_model(), tmp_path / "copy.onnx")
+    r = offline_cli("run", "--model", model, "--from", "1.23.2", "--to", "1.24.1", "--offline", "--cache-dir",
+                    cache_dir, "--results-dir", tmp_path / "results")
+    assert r.returncode == 2 and "no default batch; give one with --inputs FILE.npz" in r.stderr, r.stderr

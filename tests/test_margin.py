@@ -82,6 +82,29 @@ def test_each_probe_reads_the_margin_the_release_holds_in_fp16(bisect, tmp_path)
 
 
 @pytest.mark.release
+def test_a_sweep_with_the_margin_measures_again_the_probes_a_run_made_without_it(bisect, residual_norm, tmp_path):
+    """`run` (no margin) then `sweep --margin` over the same results: the sweep's records of every release, the
+    boundary pair included, carry the margin; a sweep again reuses them, with or without the margin."""
+    model, batch = residual_norm
+    common = ("--model", str(model), "--inputs", str(batch), "--from", "1.19.0", "--to", "1.20.1", "--json")
+    run = bisect("run", *common, results=tmp_path / "res")
+    assert run.returncode == 0 and (run.json()["last_good"], run.json()["first_bad"]) == ("1.19.2", "1.20.0")
+    assert all("margin" not in rec for rec in records(tmp_path / "res").values())
+    sweep = bisect("sweep", *common, "--margin", results=tmp_path / "res")
+    assert sweep.returncode == 0, sweep.stderr
+    assert sweep.json()["run_id"] == run.json()["run_id"]
+    newest = records(tmp_path / "res")  # the later line of a release is its newest record
+    assert set(newest) == {"1.19.0", "1.19.2", "1.20.0", "1.20.1"}
+    good, bad = newest["1.19.2"]["margin"], newest["1.20.0"]["margin"]
+    assert not good["overflowed"] and good["fp32_hottest"]["tensor"] == "/model/layers.1/Add_output_0"
+    assert bad["overflowed"] and bad["tensor"] == "/model/layers.1/Add_output_0"
+    assert not any(p["reused"] for p in sweep.json()["probes"])
+    for margin in ("--margin", "--no-margin"):
+        again = bisect("sweep", *common, margin, results=tmp_path / "res")
+        assert again.returncode == 0 and all(p["reused"] for p in again.json()["probes"]), again.stderr
+
+
+@pytest.mark.release
 def test_a_margin_that_cannot_be_read_never_changes_the_probe(cache_dir, tmp_path):
     from harness.plan import make_plan
     from harness.probe import MarginJob, Prober

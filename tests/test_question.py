@@ -95,6 +95,21 @@ def test_a_trace_after_a_reference_run_leaves_the_reports_boundary_as_the_run_fo
     assert "No good-to-bad boundary" not in md and "**1.21.0**" in md
 
 
+def test_a_reference_search_probes_again_the_releases_whose_outputs_the_run_does_not_hold(made, tmp_path):
+    """Probes that kept no outputs (a results disk that took no file) cannot be compared with a reference: a
+    search that compares probes those releases again, and answers from the new records."""
+    plan, cache = made
+    plain = search(plan, cache, ReplayRunner({v: ran() for v in VERSIONS}), "nan-or-inf", sweep=True)
+    assert plain["probe_count"] == len(VERSIONS) and not any((plan.store.dir / "outputs").glob("*.npz"))
+    np.savez(tmp_path / "ref.npz", y=TRUTH)
+    from harness.models.inputs import arrays_digest
+    runner = ReplayRunner({v: ran() for v in VERSIONS}, arrays=drifting("1.21.0"))
+    compared = search(plan, cache, runner, "cosine<0.999",
+                      reference.from_file(tmp_path / "ref.npz", {"y": TRUTH}, arrays_digest({"y": TRUTH})))
+    assert (compared["last_good"], compared["first_bad"]) == ("1.20.1", "1.21.0"), compared["message"]
+    assert runner.calls and not any(p["reused"] for p in compared["probes"])
+
+
 def test_two_references_are_two_questions_and_neither_judges_with_the_others_numbers(made, tmp_path):
     plan, cache = made
     listing = {r.version: r for r in release_listing(cache, offline=True)}

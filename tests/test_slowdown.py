@@ -112,14 +112,15 @@ def test_a_timed_predicate_needs_its_bound_above(text, said):
         parse_predicate(text)
 
 
-def search(tmp_path, latency: dict[str, float], bad_if: str, budget: float = 30.0, rss=None, mode="regression"):
+def search(tmp_path, latency: dict[str, float], bad_if: str, budget: float = 30.0, rss=None, mode="regression",
+           exist_ok: bool = False):
     versions = sorted(latency, key=lambda v: tuple(map(int, v.split("."))))
     runner = ReplayRunner({v: ran() for v in versions}, latency=latency, rss=rss)
     baseline = releases(versions[-1] if mode == "fix" else versions[0])[0]
     pred = parse_predicate(bad_if)
     timing = TimingJob(baseline, pred.timed, budget_s=budget,
                        fresh_processes=rss is not None, min_rounds=6, max_rounds=40)
-    (tmp_path / "run").mkdir()
+    (tmp_path / "run").mkdir(exist_ok=exist_ok)
     store = RunStore(tmp_path / "run")
     driver = Driver(runner, releases(*versions), store, ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz", timing=timing),
                     pred, jobs=4)
@@ -137,6 +138,22 @@ def test_a_bisection_over_latency_finds_the_release_that_got_slower(tmp_path):
     assert runner.calls[1:5] in (["1.0", "1.0", "1.0", "1.0"],)  # the baseline's own probe: 1.0 against 1.0
     first_other = next(i for i, v in enumerate(runner.calls) if v != "1.0")
     assert runner.calls[first_other:first_other + 5] == ["1.8", "1.0", "1.8", "1.8", "1.0"]
+
+
+def test_a_timed_search_measures_again_what_an_untimed_one_probed_and_reuses_its_own(tmp_path):
+    """Probes made without timed rounds (a plain sweep over the same run) hold no latency: a slowdown question
+    measures those releases again, against its baseline, and the newest records are the timed ones."""
+    latency = {f"1.{i}": (0.010 if i < 5 else 0.013) for i in range(9)}
+    (tmp_path / "run").mkdir()
+    plain = Driver(ReplayRunner({v: ran() for v in latency}), releases(*latency), RunStore(tmp_path / "run"),
+                   ProbeJob(tmp_path / "m.onnx", tmp_path / "b.npz"), parse_predicate("nan-or-inf"))
+    assert len(plain.run(sweep=True).probed_now) == 9
+    driver, out, runner, store = search(tmp_path, latency, "slower>1.15", exist_ok=True)
+    assert out.step.status == "found", out.step  # the untimed records reused would judge no release slower
+    assert (out.releases[out.step.lo].version, out.releases[out.step.hi].version) == ("1.4", "1.5")
+    assert out.probed_now and all(out.records[v]["timing"]["baseline"] == "1.0" for v in out.probed_now)
+    again = Driver(runner, releases(*latency), store, driver.job, driver.predicate).run()
+    assert again.probed_now == [] and again.step.status == "found"
 
 
 def test_a_release_that_straddles_the_bound_is_inconclusive_and_stepped_around(tmp_path):

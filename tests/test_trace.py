@@ -166,3 +166,98 @@ def test_traces_given_one_workdir_take_turns(x86, releases, residual_norm, norm_
     waiting.join(timeout=300)
     assert done and done[0].verdict == norm_traces["1.20.0"].verdict == "bad"
     assert done[0].first_nonfinite == norm_traces["1.20.0"].first_nonfinite
+
+
+def test_a_piped_trace_keeps_each_tensor_on_one_line_with_its_numbers(cache_dir, tmp_path):
+    """`bisect trace ... | cat` (no terminal, no COLUMNS: 80 columns): one line per tensor, its name whole or
+    shortened in the middle (its start and its end kept), min, max, max |x|, fp16 % and NaN/Inf rows there; at
+    200 columns every name is whole and nothing gives way."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "harness.cli", "trace", "--model", "gemma-tiny-fused", "--version", "1.20.0",
+            "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path)]
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+    def piped(*extra: str, **more: str) -> str:
+        p = subprocess.run([*argv, *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900,
+                           env={**env, **more})
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    narrow = piped()
+    doc = json.loads(piped("--json"))  # the trace the run keeps, read back
+    # a tensor not named after its node (a model output) is shown with its node: "y ← /model/norm/..."
+    names = {t["name"] if t["name"].startswith(n["name"]) else f"{t['name']} ← {n['name']}": t
+             for n in doc["nodes"] for t in n["outputs"]}
+    shown = int(re.search(r"^(\d+) of \d+ tensors shown$", narrow, re.M).group(1))
+    assert shown > 20, narrow
+
+    def table(text: str) -> list[dict]:
+        """Each row's cells: the name (left-justified, from the header's "tensor" on) and the numbers, each
+        right-justified to where its header ends."""
+        lines = text.splitlines()
+        head = next(line for line in lines if re.search(r"\btensor\b", line))
+        at = {m.group(): m.span() for m in re.finditer(r"\S+", head)}
+        assert {"min", "max", "max|x|", "%", "rows"} <= set(at), text
+        rows = []
+        for line in lines[lines.index(head) + 2:]:
+            if not re.match(r"^ *\d+ \S", line) or "tensors shown" in line:
+                break
+            cell = {"line": line}
+            ends = [("min", at["min"][1]), ("max", at["max"][1]), ("max|x|", at["max|x|"][1]), ("%", at["%"][1]),
+                    ("rows", at["rows"][1])]
+            name_end = at["op"][0] if "op" in at else None
+            cell["name"], cell["min"] = line[at["tensor"][0]:ends[0][1]].rstrip().rsplit(maxsplit=1)
+            if name_end is not None:
+                cell["name"] = line[at["tensor"][0]:name_end].strip()
+            for (_, prev), (key, end) in zip(ends, ends[1:]):
+                cell[key] = line[prev:end].strip()
+            rows.append(cell)
+        return rows
+
+    def candidates(cell: str) -> list[dict]:
+        """The tensors a name cell can be: the name whole, or one with its start and its end."""
+        if "…" not in cell:
+            return [names[cell]] if cell in names else []
+        start, end = cell.split("…")
+        return [t for n, t in names.items() if n.startswith(start) and n.endswith(end) and len(n) > len(cell)]
+
+    def numbers(t: dict) -> dict:
+        return {"min": format(t["min"], ".5g"), "max": format(t["max"], ".5g"), "max|x|": format(t["max_abs"], ".5g"),
+                "rows": f"{t['nan_rows']}/{t['inf_rows']}"}
+
+    rows = table(narrow)
+    assert len(rows) == shown and all(len(r["line"]) <= 80 for r in rows), narrow
+    for r in rows:
+        assert {k: r[k] for k in ("min", "max", "max|x|", "rows")} in map(numbers, candidates(r["name"])), r
+        assert r["%"] == "" or re.fullmatch(r"\d+|Inf", r["%"]), r
+    assert any(r["%"] == "Inf" for r in rows) and any(r["%"].isdigit() for r in rows), narrow
+    assert len(narrow.splitlines()) < shown + 15, narrow  # 202 lines when each name broke over five to eight
+
+    wide = piped(COLUMNS="200")
+    assert "not shown" not in wide, wide
+    rows = table(wide)
+    assert len(rows) == shown and all(r["name"] in names for r in rows), wide  # every name whole
+    assert all({k: r[k] for k in ("min", "max", "max|x|", "rows")} == numbers(names[r["name"]]) for r in rows), wide
+    assert all(w in wide for w in ("ran as", "dtype", "observed only")), wide
+
+
+def test_a_piped_diff_keeps_each_node_on_one_line(cache_dir, tmp_path):
+    """`bisect diff ... | cat` at 80 columns: the node whose precision changed, whole, and how it ran on each
+    release, on one line (its op, the end of its name, gives way)."""
+    import os
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "harness.cli", "diff", "--model", "gemma-tiny-fused", "1.19.2", "1.20.0",
+                        "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900,
+                       env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")})
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    (row,) = [line for line in lines if line.startswith(SLN)]
+    assert row.split() == [SLN, "in", "an", "fp32", "island", "natively", "in", "fp16"], p.stdout
+    assert all(len(line) <= 80 for line in lines[:lines.index(row) + 1]), p.stdout  # the table's lines

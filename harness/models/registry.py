@@ -43,6 +43,9 @@ class ModelSpec:
     extra_files: tuple[str, ...] = ()
     tokenizer_file: str | None = None
     generator: str | None = None  # variant name for source = "generated"
+    # a hub model's stand-in where the hub cannot be reached: the embedded model and the flags that show its case
+    stand_in: str | None = None
+    stand_in_shows: str = ""
 
 
 @dataclass(frozen=True)
@@ -199,11 +202,17 @@ def fetch_hub(spec: ModelSpec, offline: bool = False) -> dict[str, Path]:
 
 
 def _not_cached(spec: ModelSpec, name: str) -> str:
-    """The one line for a hub model that is neither cached nor reachable: what works without the hub."""
+    """The one line for a hub model that is neither cached nor reachable: what works without the hub (the card's
+    stand-in, the other embedded models, a copy of the file, which has no default batch: the model's own is
+    made with the hub's tokenizer)."""
     generated = [n for n, s in registered().items() if s.source == "generated"]
+    stand_in = (f"--model {spec.stand_in} shows its case without the hub ({spec.stand_in_shows}); "
+                if spec.stand_in else "")
+    others = ", ".join(n for n in generated if not spec.stand_in or n != spec.stand_in.split()[0])
     return (f"model {spec.name}: {name} at revision {spec.revision[:12]} is not in the huggingface_hub cache and "
-            f"the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network); without it, try an embedded "
-            f"model ({', '.join(generated)}) or --model PATH to a copy of the export")
+            f"the hub cannot be reached (--offline, HF_HUB_OFFLINE or no network); {stand_in}other embedded models: "
+            f"{others}; a copy of the export: --model PATH --inputs FILE.npz (a file has no default batch: "
+            f"{spec.name}'s is made with its tokenizer, from the hub)")
 
 
 def hub_probe_copy(spec: ModelSpec, files: dict[str, Path], cache_dir: Path) -> Path:

@@ -396,27 +396,27 @@ def trace_table(result: TraceResult, all_nodes: bool = False) -> Group:
     """Summary lines and one row per tensor (by default only the interesting ones:
     residual adds, past 50 % of fp16, non-finite, model outputs)."""
     keep = None if all_nodes else _interesting(result)
+    # one line per tensor, its name shortened in the middle: op (its name's end) and dtype go before a name is cut
     t = FitTable(title=f"trace onnxruntime {plain(result.version)} ({plain(result.verdict)}: {plain(result.reason)})",
-              title_justify="left")
-    for col, just, fit in (("#", "right", KEY), ("node", "left", None), ("op / ran as", "left", None),
-                           ("tensor", "left", None), ("dtype", "left", 3), ("min", "right", 1), ("max", "right", 2),
-                           ("max|x|", "right", 5), ("fp16 %", "right", 4), ("NaN/Inf rows", "right", KEY), ("", "left", None)):
-        t.add_column(col, just, fit)
+                 compact=True)
+    for col, just, fit, short in (("#", "right", KEY, 0), ("tensor", "left", None, 24), ("op", "left", 1, 8),
+                                  ("ran as", "left", 4, 11), ("dtype", "left", 2, 0), ("min", "right", 7, 0),
+                                  ("max", "right", 8, 0), ("max|x|", "right", 9, 0), ("fp16 %", "right", 10, 0),
+                                  ("NaN/Inf\nrows", "right", KEY, 0), ("note", "left", 3, 13)):
+        t.add_column(col, just, fit, shorten=short or None, whole_over=3 if col == "tensor" else 0)
     shown = 0
     for i, n in enumerate(result.nodes):
         for ts in n.outputs:
             if keep is not None and ts.name not in keep:
                 continue
             shown += 1
-            p = n.precision
-            how = str(n.op_type)
-            if p is not None:
-                how += f" · {p.precision}" + (f" → {p.ran_as}" if p.precision == "fused" else "")
+            ran = "" if (p := n.precision) is None else p.precision + (f" → {p.ran_as}" if p.precision == "fused" else "")
             style = "red" if ts.nonfinite and ts.visibility == "seen" else ("yellow" if ts.nonfinite else None)
             mark = "" if ts.available else ts.note or "unavailable"
             if ts.nonfinite and ts.visibility != "seen":
                 mark = "observed only"
-            t.add_row(str(i), plain(n.name), plain(how), plain(ts.name), plain(ts.dtype), _fmt(ts.min), _fmt(ts.max),
+            name = ts.name if str(ts.name).startswith(str(n.name)) else f"{ts.name} ← {n.name}"
+            t.add_row(str(i), plain(name), plain(n.op_type), plain(ran), plain(ts.dtype), _fmt(ts.min), _fmt(ts.max),
                       _fmt(ts.max_abs),
                       "Inf" if ts.nonfinite and ts.dtype == "float16" else ("" if ts.headroom is None else f"{100 * ts.headroom:.0f}"),
                       f"{ts.nan_rows}/{ts.inf_rows}" if ts.available else "", plain(mark), style=style)
@@ -442,9 +442,9 @@ def diff_table(result: DiffResult) -> Group:
     """Precision changes, first divergences, the explanation."""
     from harness.explain.diff import describe
 
-    t = FitTable(title=f"precision changes {plain(result.a)} → {plain(result.b)}", title_justify="left")
-    for col in ("node", "op", plain(result.a), plain(result.b)):
-        t.add_column(col)
+    t = FitTable(title=f"precision changes {plain(result.a)} → {plain(result.b)}", compact=True)
+    for col, fit, short in (("node", None, 24), ("op", 1, None), (plain(result.a), None, None), (plain(result.b), None, None)):
+        t.add_column(col, fit=fit, shorten=short, whole_over=2)  # the node on one line: its op (its end) goes first
     for c in result.precision_changes:
         t.add_row(plain(c["node"]), plain(c["op_type"]), plain(describe(c["a"])), plain(describe(c["b"])))
     if result.failed:  # the failure is the difference: no node table
