@@ -108,6 +108,28 @@ def cpu_info():
     return {"machine": platform.machine(), "model": model, "flags": sorted(f for f in flags if f in INTERESTING_FLAGS)}
 
 
+NATIVE_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"  # onnxruntime's compiled core, in every release
+
+
+def native_library(ort):
+    """The file of onnxruntime's compiled core as the import loaded it, whether it is one (a module loaded by the
+    extension loader from a file with an extension suffix) and whether `ort.get_build_info` is its own function
+    (the commit a build reports is the compiled core's, not a Python layer's); None when the import loaded none:
+    a package that runs no native code is no build of onnxruntime, whatever it says of itself."""
+    import importlib.machinery
+
+    module = sys.modules.get(NATIVE_MODULE)
+    if module is None:
+        return None
+    path = getattr(module, "__file__", None)
+    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    own = getattr(module, "get_build_info", None)
+    return {"file": path if isinstance(path, str) else None,
+            "extension": isinstance(loader, importlib.machinery.ExtensionFileLoader) and isinstance(path, str)
+            and path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)),
+            "own_build_info": own is not None and getattr(ort, "get_build_info", None) is own}
+
+
 def session_options(ort, opts):
     so = ort.SessionOptions()
     level = opts.get("graph_optimization_level")
@@ -257,6 +279,7 @@ def probe(request, result, kept=None):
 
     result["import_s"] = time.perf_counter() - t0
     result["onnxruntime"] = {
+        "native": native_library(ort),
         "version": ort.__version__,
         "device": ort.get_device(),
         "providers": ort.get_available_providers(),

@@ -179,6 +179,9 @@ class DockerRunner(Runner):
     def discard(self, env: Environment) -> None:
         discard_site(env)
 
+    def worker_site(self, env: Environment) -> str:
+        return "/site"  # the site's volume, mounted read-only
+
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         """The worker in a container of the engine with the most room; a skip when that engine drops out."""
         if self.pool is None:
