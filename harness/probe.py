@@ -590,7 +590,8 @@ def _run(runner: Runner, release: Release, env: Environment, job: ProbeJob, requ
 def _environment_at_fault(runner: Runner, release: Release, env: Environment, out: ProcessOutcome,
                           status: str) -> str | None:
     """Why this outcome says nothing about `release`, or None: the environment would not import, holds another
-    version than the one asked for (the worker's own `onnxruntime.__version__`), or crashed the worker with
+    version than the one asked for (the worker's own `onnxruntime.__version__`), a build that names another
+    release's commit or none, a package that loaded no native library of its wheel's, or crashed the worker with
     files that differ from what the wheel installed."""
     res = out.result or {}
     if status == "error" and res.get("stage") == "import":
@@ -598,9 +599,14 @@ def _environment_at_fault(runner: Runner, release: Release, env: Environment, ou
     got = (res.get("onnxruntime") or {}).get("version")
     if got is not None and not same_release(got, release.version):
         return f"the environment of {release.version} holds onnxruntime {got}"
-    mismatch = build_mismatch(runner.package.name, release.version, (res.get("onnxruntime") or {}).get("build_info"))
+    seen = res.get("onnxruntime")
+    mismatch = build_mismatch(runner.package.name, release.version, (seen or {}).get("build_info"))
     if mismatch:
         return f"the environment of {release.version} is not the release's build: {mismatch}"
+    if isinstance(seen, dict) and env is not None:  # it imported: what it loaded is the build's proof
+        native = runner.native_problem(env, seen.get("native"))
+        if native:
+            return f"the environment of {release.version} is not a build of {runner.package.name}: {native}"
     if status == "crash" and out.signal is not None and env is not None:
         runner.forget_verified(env)  # a crash may come from a file changed since the run began
         damaged = runner.verify(env)

@@ -23,6 +23,8 @@ GRAPH_LEVELS = {
     "all": "ORT_ENABLE_ALL",
 }
 EXEC_MODES = {"sequential": "ORT_SEQUENTIAL", "parallel": "ORT_PARALLEL"}
+#: the environment variable a worker reads its harness's pid from (its watchdog ends it when that parent is gone)
+WORKER_PARENT_ENV = "ORTBISECT_WORKER_PARENT"
 
 DEFAULT_RESULTS_DIR = Path("results")
 DEFAULT_TRACE_BUDGET_MB = 256  # MiB of exposed tensors per trace pass, above the model's own memory

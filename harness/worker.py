@@ -18,6 +18,12 @@ Exit status: 0 result written, 3 result written with an error (the model
 would not load or run on this release), anything else: no result. Serving,
 the status of each request is its answer line, and the process ends at EOF.
 
+A worker never outlives its harness: a watchdog thread ends the process
+(5) when its parent changes (the harness died, even by SIGKILL, and the
+worker was handed to init), and (6) when a request runs past the
+`deadline_s` it carries (the harness's timeout and a grace; in a container,
+where the parent is the container's init, that is what ends it).
+
 The module holds one concept, a probe inside a release's process (its timed
 runs, profile and fp16 margin included), and is one file because it runs
 alone, by path, in every environment and engine; the margin on chosen rows
@@ -30,12 +36,19 @@ import os
 import platform
 import resource
 import sys
+import threading
 import time
 import traceback
 
 EXIT_OK = 0
 EXIT_ERROR = 3
 EXIT_HELD_ORPHAN = 4  # held at a test's gate when the harness died
+EXIT_ORPHAN = 5  # the harness that started it is gone
+EXIT_DEADLINE = 6  # its request ran past its own deadline
+#: the harness's pid, as the process that starts a worker sets it: a harness killed before the watchdog
+#: first looks is seen too (the parent is init by then); absent (a container), the parent at the start
+PARENT_ENV = "ORTBISECT_WORKER_PARENT"
+WATCH_S = 0.2  # how often the watchdog looks
 
 GRAPH_LEVELS = {
     "disable": "ORT_DISABLE_ALL",
@@ -93,6 +106,28 @@ def cpu_info():
         except (OSError, AttributeError):
             pass
     return {"machine": platform.machine(), "model": model, "flags": sorted(f for f in flags if f in INTERESTING_FLAGS)}
+
+
+NATIVE_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"  # onnxruntime's compiled core, in every release
+
+
+def native_library(ort):
+    """The file of onnxruntime's compiled core as the import loaded it, whether it is one (a module loaded by the
+    extension loader from a file with an extension suffix) and whether `ort.get_build_info` is its own function
+    (the commit a build reports is the compiled core's, not a Python layer's); None when the import loaded none:
+    a package that runs no native code is no build of onnxruntime, whatever it says of itself."""
+    import importlib.machinery
+
+    module = sys.modules.get(NATIVE_MODULE)
+    if module is None:
+        return None
+    path = getattr(module, "__file__", None)
+    loader = getattr(getattr(module, "__spec__", None), "loader", None)
+    own = getattr(module, "get_build_info", None)
+    return {"file": path if isinstance(path, str) else None,
+            "extension": isinstance(loader, importlib.machinery.ExtensionFileLoader) and isinstance(path, str)
+            and path.endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES)),
+            "own_build_info": own is not None and getattr(ort, "get_build_info", None) is own}
 
 
 def session_options(ort, opts):
@@ -244,6 +279,7 @@ def probe(request, result, kept=None):
 
     result["import_s"] = time.perf_counter() - t0
     result["onnxruntime"] = {
+        "native": native_library(ort),
         "version": ort.__version__,
         "device": ort.get_device(),
         "providers": ort.get_available_providers(),
@@ -493,6 +529,59 @@ def hold(directory):
         time.sleep(0.01)
 
 
+class Watchdog(object):
+    """Ends the process when its harness is gone or its request's deadline has passed.
+
+    A thread of its own, polling: onnxruntime releases the GIL in run(), so it
+    looks while a model spins. os._exit: nothing to clean up that a native call
+    in progress could hold up. Not PR_SET_PDEATHSIG: that fires when the
+    *thread* that started the worker ends, and the harness starts workers from
+    pool threads that come and go."""
+
+    def __init__(self):
+        self.parent = expected_parent()
+        self.deadline = None  # time.monotonic() past which the request in hand ends the process
+        thread = threading.Thread(target=self.watch, name="watchdog")
+        thread.daemon = True
+        thread.start()
+
+    def start(self, request):
+        seconds = request.get("deadline_s")
+        self.deadline = time.monotonic() + float(seconds) if seconds else None
+
+    def done(self):
+        self.deadline = None
+
+    def watch(self):
+        try:  # a worker started at idle priority is put back later, this thread may not be: it must get to look
+            os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+        except (AttributeError, OSError):
+            pass
+        while True:
+            if os.getppid() != self.parent:
+                end(EXIT_ORPHAN, "its harness (pid %d) is gone" % self.parent)
+            deadline = self.deadline
+            if deadline is not None and time.monotonic() > deadline:
+                end(EXIT_DEADLINE, "its request ran past its deadline")
+            time.sleep(WATCH_S)
+
+
+def expected_parent():
+    try:
+        pid = int(os.environ.get(PARENT_ENV, ""))
+    except ValueError:
+        pid = 0
+    return pid if pid > 0 else os.getppid()
+
+
+def end(status, why):
+    try:
+        os.write(2, ("worker %d ends: %s\n" % (os.getpid(), why)).encode())
+    except OSError:
+        pass
+    os._exit(status)
+
+
 def write_json(path, doc):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -502,11 +591,13 @@ def write_json(path, doc):
     os.replace(tmp, path)
 
 
-def handle(request_path, served=0, kept=None, imported_early_s=None):
+def handle(request_path, served=0, kept=None, imported_early_s=None, watchdog=None):
     """One request: its result written; EXIT_OK or EXIT_ERROR. `imported_early_s`: the imports this
     process made before the request came (then its own import_s is near zero)."""
     with open(request_path) as f:
         request = json.load(f)
+    if watchdog is not None:
+        watchdog.start(request)
     if request.get("memory_limit_mb") and not served:
         # address-space cap, set before onnxruntime is imported: allocations past it fail
         # (a serving process is started for one limit: the harness never sends it another)
@@ -531,7 +622,7 @@ def handle(request_path, served=0, kept=None, imported_early_s=None):
     return status
 
 
-def serve(import_first=False):
+def serve(watchdog, import_first=False):
     """Many requests in one process: the release's import (tens of seconds under emulation) is paid once.
 
     `import_first`: import numpy and onnxruntime before the first request
@@ -551,18 +642,20 @@ def serve(import_first=False):
     for line in sys.stdin:
         if not line.strip():
             continue
-        status = handle(line.strip(), served, kept, early)
+        status = handle(line.strip(), served, kept, early, watchdog)
         early = None
         served += 1
         sys.stdout.write("%d\n" % status)
         sys.stdout.flush()
+        watchdog.done()  # idle until the next request: only its harness's end ends it (or EOF)
     return EXIT_OK
 
 
 def main(argv):
+    watchdog = Watchdog()
     if argv[1:2] == ["--serve"]:
-        return serve(import_first=argv[2:] == ["--import-first"])
-    return handle(argv[1])
+        return serve(watchdog, import_first=argv[2:] == ["--import-first"])
+    return handle(argv[1], watchdog=watchdog)
 
 
 if __name__ == "__main__":

@@ -98,6 +98,9 @@ class ReplayRunner(Runner):
     def verify(self, env: Environment) -> str | None:
         return None  # a replayed outcome has no files to verify
 
+    def native_problem(self, env: Environment, native) -> str | None:
+        return None  # nor a native library
+
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         self.calls.append(env.version)
         self.models.append(Path(request["model"]).name)

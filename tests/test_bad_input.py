@@ -8,6 +8,12 @@ than probe; one row also runs as a real subprocess.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import warnings
+import zipfile
+
 import builders
 import inproc
 import numpy as np
@@ -58,6 +64,13 @@ def files(tmp_path_factory):
     np.savez(d / "ref_rows.npz", y=np.zeros((3, 8), np.float16))
     np.savez(d / "ref_names.npz", z=np.zeros((4, 8), np.float16))
     np.savez(d / "ref_text.npz", y=np.array([["a"] * 8] * 4))
+    for name, members in (("twice", ("x.npy", "x.npy")), ("twice-spelt", ("x", "x.npy"))):
+        with zipfile.ZipFile(d / f"{name}.npz", "w") as zf, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # zipfile warns of the duplicate name it writes
+            for member, value in zip(members, (0.0, 1.0)):
+                with zf.open(member, "w") as f:
+                    np.lib.format.write_array(f, np.full((4, 8), value, np.float16))
+    np.savez(d / "objects.npz", x=np.array([1, "a"], dtype=object))
     (d / "a-file").write_text("not a directory")
     (d / "a-dir").mkdir()
     (d / "empty-cache").mkdir()
@@ -124,6 +137,13 @@ CASES = [
     ("inputs .npy", ["--inputs", "{dir}/single.npy"], "a single array (.npy), not an .npz archive"),
     ("model is a directory", ["--model", "{dir}/a-dir"], "--model {dir}/a-dir: is a directory, not an .onnx file"),
     ("model empty file", ["--model", "{dir}/empty.onnx"], "--model {dir}/empty.onnx: the graph has no nodes"),
+    ("inputs with a name twice", ["--inputs", "{dir}/twice.npz"],
+     "--inputs {dir}/twice.npz: holds two arrays named 'x': which one is the batch's is not clear"),
+    ("inputs with a name twice, spelt two ways", ["--inputs", "{dir}/twice-spelt.npz"], "holds two arrays named 'x'"),
+    ("reference with a name twice", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/twice.npz"],
+     "--reference {dir}/twice.npz: holds two arrays named 'x'"),
+    ("inputs of python objects", ["--inputs", "{dir}/objects.npz"],
+     "--inputs {dir}/objects.npz: 'x' holds Python objects (a pickle), not numbers"),
     ("unknown output", ["--output", "nope"], "--output nope: the model has no such output (its outputs: y)"),
     ("reference width", ["--bad-if", "rel-diff>1e-3", "--reference", "{dir}/ref_width.npz"],
      "--reference {dir}/ref_width.npz: y has shape (4, 9), the model's output y with this batch is (batch=4, 8)"),
@@ -201,4 +221,49 @@ def test_a_real_process_exits_2_with_one_line(bisect, files, tmp_path):
                "--from", "1.19.0", "--to", "1.20.0", "--offline")
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines() == [f"error: --model {files['dir'] / 'a-dir'}: is a directory, not an .onnx file"]
+    assert not (tmp_path / "results").exists()
+
+
+def zip_bomb(path, name: str, shape: tuple[int, ...], dtype=np.float16):
+    """An .npz whose one array of zeros declares `shape` (GiBs), deflated to a few MB: written through zipfile in
+    chunks, so making it takes no more memory than a chunk."""
+    chunk = bytes(1 << 24)
+    size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        with zf.open(f"{name}.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(
+                np.empty((0,) * len(shape), dtype)) | {"shape": shape})
+            for _ in range(size // len(chunk)):
+                f.write(chunk)
+            f.write(bytes(size % len(chunk)))
+    return path
+
+
+def peak_rss_mb(argv: list[str]) -> tuple[subprocess.CompletedProcess, float]:
+    """`argv` run by a fresh Python, and the peak resident size of the process it ran (its own children's
+    maximum: no other child of this test process is counted)."""
+    probe = ("import resource, subprocess, sys, json; p = subprocess.run(sys.argv[1:], capture_output=True, "
+             "text=True); print(json.dumps([p.returncode, p.stderr, "
+             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss]))")
+    out = subprocess.run([sys.executable, "-c", probe, *argv], capture_output=True, text=True, timeout=600, check=True)
+    code, stderr, kb = json.loads(out.stdout)
+    return subprocess.CompletedProcess(argv, code, "", stderr), kb / 1024
+
+
+@pytest.mark.parametrize("flag", ["--inputs", "--reference"])
+def test_an_npz_declaring_gigabytes_is_refused_before_its_data_is_read(files, cache_dir, tmp_path, flag):
+    """A 2 GiB array of zeros (about 9 MB on disk): its member's .npy header says so, and the archive is
+    refused in one line on reading that, not after decompressing it (which cost 2.1 GB of memory)."""
+    bomb = zip_bomb(tmp_path / "bomb.npz", "x", (1 << 28, 4))
+    assert bomb.stat().st_size < 32 << 20
+    extra = ["--bad-if", "rel-diff>1e-3", "--reference", str(bomb)] if flag == "--reference" else []
+    argv = [sys.executable, "-m", "harness.cli", "run", "--offline", "--model", str(files["good"]),
+            "--inputs", str(bomb if flag == "--inputs" else files["batch"]), *extra, "--from", "1.19.0",
+            "--to", "1.20.0", "--cache-dir", str(cache_dir), "--results-dir", str(tmp_path / "results")]
+    r, peak = peak_rss_mb(argv)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == [
+        f"error: {flag} {bomb}: its arrays come to 2.0 GiB with 'x' (float16 (268435456, 4)), over the 1 GiB an "
+        ".npz may hold (refused before reading them)"]
+    assert peak < 512, f"{peak:.0f} MB at its peak"
     assert not (tmp_path / "results").exists()

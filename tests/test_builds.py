@@ -1,5 +1,6 @@
 """The published wheels' build commits: a build that names another release's commit is not the release asked."""
 
+from harness.releases import builds
 from harness.releases.builds import WHEEL_COMMITS, build_mismatch
 
 
@@ -29,4 +30,26 @@ def test_what_the_table_does_not_know_is_not_refused():
     assert build_mismatch("onnxruntime", "1.20.0.dev2", info("c4fb724e81")) is None  # a dev build of a release's commit
     assert build_mismatch("onnxruntime", "1.20.0rc1", info("c4fb724e81")) is None
     assert build_mismatch("onnxruntime-openvino", "1.24.1", info("b5963e82c8")) is None  # another package's builds
-    assert build_mismatch("onnxruntime", "1.24.1", "a local build, no commit") is None
+    assert build_mismatch("onnxruntime", "1.24.1", None) is None  # nothing reported: the worker never imported it
+
+
+def test_a_build_that_names_no_commit_is_no_build_of_any_package_or_release():
+    """A stub's or a hand-made build's information may name no commit: it tells nothing, so it is not trusted,
+    whether the release is one the table knows, a newer one, a development build or another package's."""
+    for package, version in (("onnxruntime", "1.24.1"), ("onnxruntime", "1.20.3"), ("onnxruntime", "1.20.0.dev2"),
+                             ("onnxruntime-openvino", "1.24.1"), ("onnxruntime-gpu", "9.0.0")):
+        for text in ("", "ORT Build Info: build type=Release", "ORT Build Info: git-branch=HEAD, git-commit-id="):
+            assert build_mismatch(package, version, text) is not None, (package, version, text)
+    assert build_mismatch("onnxruntime", "1.24.1", "ORT Build Info: build type=Release") == (
+        "its build names no commit, not 470ae16099 (1.24.1's wheel)")
+    assert build_mismatch("onnxruntime", "1.20.3", "git-commit-id=not-hex") == (
+        "its build names something that is not a commit id")
+
+
+def test_a_package_whose_early_builds_name_no_commit_is_exempt_before_its_first_that_does(monkeypatch):
+    monkeypatch.setitem(builds.COMMITLESS_BEFORE, "onnxruntime-node", "1.21.0")
+    assert build_mismatch("onnxruntime-node", "1.20.1", "") is None
+    assert build_mismatch("onnxruntime-node", "1.20.1", "git-commit-id=not-hex") is not None  # a bad one is still bad
+    assert build_mismatch("onnxruntime-node", "1.21.0", "") == "its build names no commit"
+    assert build_mismatch("onnxruntime", "1.20.1", "") is not None
+

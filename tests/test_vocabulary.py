@@ -19,6 +19,7 @@ def test_the_worker_knows_the_same_option_values():
     worker = load_worker()
     assert worker.GRAPH_LEVELS == vocabulary.GRAPH_LEVELS
     assert worker.EXEC_MODES == vocabulary.EXEC_MODES
+    assert worker.PARENT_ENV == vocabulary.WORKER_PARENT_ENV
 
 
 def test_arch_names_and_their_aliases():

@@ -142,3 +142,25 @@ def dev_builds(cache_dir: Path, target: Target) -> dict:
     return {"wheels": wheels, "made": made, "good": good, "bad": bad,
             "links": find_links_dir(here / "find-links", wheels),
             "index": simple_index(here / "simple", "onnxruntime", wheels)}
+
+
+def made_wheel(dest: Path, dist: str, version: str, files: dict[str, bytes], tag: str = "py3-none-any") -> Path:
+    """A wheel of `dist` `version` holding `files` (path in the wheel -> bytes), with the `tag` given, packed by
+    the wheel tool (which writes its RECORD): what anyone can put in a --find-links folder."""
+    dist_dir = dist.replace("-", "_")
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / f"{dist_dir}-{version}"
+        info = root / f"{dist_dir}-{version}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\nRequires-Dist: numpy\n")
+        pys, abis, plats = (part.split(".") for part in tag.split("-"))
+        tags = "".join(f"Tag: {p}-{a}-{o}\n" for p in pys for a in abis for o in plats)
+        (info / "WHEEL").write_text(f"Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: "
+                                    f"{'true' if plats == ['any'] else 'false'}\n{tags}")
+        for rel, data in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_bytes(data)
+        dest.mkdir(parents=True, exist_ok=True)
+        _wheel("pack", str(root), "-d", str(dest))
+    (made,) = dest.glob(f"{dist_dir}-{version}-*.whl")
+    return made

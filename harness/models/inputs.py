@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -14,20 +16,73 @@ from harness.models.registry import Facts, ResolvedModel, batch_spec, user_file
 MASK_INPUT = "attention_mask"  # a token model's padding mask: rows are as long as their 1s
 
 
+MAX_NPZ_BYTES = 1 << 30  # the arrays of one .npz, as its members' headers declare them; a real batch is MBs
+NPY_MAGIC = b"\x93NUMPY"
+
+
 def load_npz(path: Path, flag: str = "--inputs") -> dict[str, np.ndarray]:
-    """The arrays of an .npz file the user named with `flag`; anything unreadable is a UsageError."""
+    """The arrays of an .npz file the user named with `flag`; anything unreadable is a UsageError. Each member's
+    .npy header is read first: arrays declaring more than MAX_NPZ_BYTES in all (a zip bomb of zeros is a few
+    MB on disk) are refused before any of their data is read, and so is a name given twice (numpy would read
+    the last one silently)."""
     path = user_file(path, flag, ".npz")
     try:
-        with open(path, "rb") as f:
-            data = np.load(f, allow_pickle=False)
-            if not isinstance(data, np.lib.npyio.NpzFile):
-                raise UsageError(f"{flag} {path}: a single array (.npy), not an .npz archive of named arrays")
-            with data:
-                return {k: data[k] for k in data.files}
+        with zipfile.ZipFile(path) as archive:
+            members = _npz_members(archive, path, flag)
+            arrays = {}
+            for name, info in members.items():
+                with archive.open(info) as stream:
+                    arrays[name] = np.lib.format.read_array(stream, allow_pickle=False)
+            return arrays
     except UsageError:
         raise
+    except zipfile.BadZipFile:
+        if _starts_with(path, NPY_MAGIC):
+            raise UsageError(f"{flag} {path}: a single array (.npy), not an .npz archive of named arrays") from None
+        raise UsageError(f"{flag} {path}: not a readable .npz file (BadZipFile)") from None
     except Exception as exc:  # numpy, zipfile and zlib each raise their own on a damaged file
         raise UsageError(f"{flag} {path}: not a readable .npz file ({type(exc).__name__})") from None
+
+
+def _npz_members(archive: zipfile.ZipFile, path: Path, flag: str) -> dict[str, zipfile.ZipInfo]:
+    """The archive's arrays by name (as numpy names them: without `.npy`), each header read and checked: one
+    member per name, each an .npy array without objects, all of them within MAX_NPZ_BYTES."""
+    members: dict[str, zipfile.ZipInfo] = {}
+    total = 0
+    for info in archive.infolist():
+        name = info.filename[:-len(".npy")] if info.filename.endswith(".npy") else info.filename
+        if name in members:
+            raise UsageError(f"{flag} {path}: holds two arrays named {name!r}: which one is the batch's is not "
+                             "clear (numpy reads the last)")
+        members[name] = info
+        with archive.open(info) as stream:
+            try:
+                version = np.lib.format.read_magic(stream)
+            except ValueError:
+                raise UsageError(f"{flag} {path}: member {info.filename!r} is not an .npy array") from None
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(stream)
+            else:
+                raise UsageError(f"{flag} {path}: member {info.filename!r} is an .npy array of format "
+                                 f"{version[0]}.{version[1]}, not 1.0 or 2.0")
+        if dtype.hasobject:
+            raise UsageError(f"{flag} {path}: {name!r} holds Python objects (a pickle), not numbers")
+        total += math.prod(shape) * dtype.itemsize
+        if total > MAX_NPZ_BYTES:
+            raise UsageError(f"{flag} {path}: its arrays come to {total / (1 << 30):.1f} GiB with {name!r} "
+                             f"({dtype.name} {shape}), over the {MAX_NPZ_BYTES >> 30} GiB an .npz may hold "
+                             "(refused before reading them)")
+    return members
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError:
+        return False
 
 
 def arrays_digest(arrays: dict[str, np.ndarray]) -> str:

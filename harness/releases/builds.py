@@ -28,6 +28,20 @@ WHEEL_COMMITS = {
 }
 
 
+#: package -> the first release whose builds name their commit: a build of an earlier one that names none is
+#: judged on what else it reports. Every build of a package not listed names its commit (the wheels of
+#: onnxruntime and onnxruntime-openvino all do), so one of them that names none is no build of it.
+COMMITLESS_BEFORE: dict[str, str] = {}
+
+
+def _may_name_no_commit(package: str, version: str) -> bool:
+    first = COMMITLESS_BEFORE.get(package)
+    try:
+        return first is not None and Version(version) < Version(first)
+    except InvalidVersion:
+        return False
+
+
 def _same_commit(a: str, b: str) -> bool:
     """Abbreviations of one commit: the shorter is a prefix of the longer (7 hex digits at least)."""
     a, b = a.lower(), b.lower()
@@ -44,13 +58,20 @@ def _is_pre(version: str) -> bool:
 
 def build_mismatch(package: str, version: str, build_info: str | None) -> str | None:
     """Why a build that reports `build_info` is not `package` `version` as published, or None (also where
-    nothing is known: a release newer than this table, another package, a build that names no commit)."""
+    nothing more is known: a release newer than this table, another package). A build names the commit it was
+    built from: one that names none is no build at all, unless its package's builds of that release name none
+    (COMMITLESS_BEFORE). None where nothing was reported (`build_info` None: the worker never imported it)."""
+    if build_info is None:
+        return None
     commit = parse_build_info(build_info)["commit"]
     known = WHEEL_COMMITS.get(package)
     expected = (known or {}).get(version)
-    if not commit and expected is not None and "git-commit-id=" in (build_info or ""):
-        return f"its build names something that is not a commit id, not {expected} ({version}'s wheel)"
-    if not commit or not known:
+    if not commit:
+        if "git-commit-id=" not in build_info and _may_name_no_commit(package, version):
+            return None
+        said = "something that is not a commit id" if "git-commit-id=" in build_info else "no commit"
+        return f"its build names {said}" + (f", not {expected} ({version}'s wheel)" if expected else "")
+    if not known:
         return None
     if expected is not None and _same_commit(commit, expected):
         return None

@@ -31,7 +31,7 @@ from harness.releases.versions import Release, Target
 from harness.results.locking import file_lock
 from harness.runners.ownership import check_environment, forget, tighten
 from harness.runners.provision import Log, quiet
-from harness.runners.verify import MEMO, verify_site
+from harness.runners.verify import MEMO, native_problem, verify_site
 from harness.runners.workers import (
     ProcessOutcome,
     end_idle_workers,
@@ -227,6 +227,15 @@ class Runner(ABC):
         if site not in self._verified:
             self._verified[site] = verify_site(site, self.package.name, env.version, env.path / MEMO)
         return self._verified[site]
+
+    def worker_site(self, env: Environment) -> str:
+        """`site_packages(env)` as the worker sees it (a backend that mounts it elsewhere says where)."""
+        return str(self.site_packages(env))
+
+    def native_problem(self, env: Environment, native) -> str | None:
+        """Why the native library a probe's worker reports loading (`native`, of its result) is not the compiled
+        core that `env`'s wheel installed, or None (harness.runners.verify.native_problem)."""
+        return native_problem(self.site_packages(env), self.worker_site(env), self.package.name, native)
 
     def verification_lock(self, version: str) -> threading.Lock:
         """Held while one thread verifies (and maybe rebuilds) the environment of `version`."""

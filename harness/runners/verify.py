@@ -12,6 +12,15 @@ environment's first probe in a run, `verify_site` checks its site-packages:
 - bytecode is removed, not trusted: no RECORD lists it, and the worker runs
   with `-B`, so none is written back.
 
+What the worker then loaded is checked too (`native_problem`): the compiled
+core of onnxruntime it reports must be a compiled extension, a shared object
+the package's own RECORD lists (so hashed above), and the build information
+the probe judges by must be that core's own `get_build_info`. A package that
+loads no native library (a stub that answers in Python) is no build of
+onnxruntime, whatever its version and build information say. What a worker
+reports comes from the package's own code: this catches a stub or a wheel
+made of another release's core, not a package written to lie to it.
+
 Hashing is memoised per file by (inode, size, mtime_ns, ctime_ns) together
 with the digest RECORD gives: `touch -r` and `cp -p` restore an mtime but not
 a ctime, so a changed file is always hashed again.
@@ -71,6 +80,49 @@ def verify_site(site: Path, dist: str, version: str, memo_path: Path | None = No
     if unclaimed:
         return f"{unclaimed} is on its sys.path but in no installed wheel's RECORD"
     return _check_hashes(site, hashed, memo_path)
+
+
+NATIVE_MODULE = "onnxruntime.capi.onnxruntime_pybind11_state"
+ELF = b"\x7fELF"
+
+
+def native_problem(site: Path, seen_site: str, dist: str, native) -> str | None:
+    """Why the native library a worker reports loading (its `native`: file, extension) is not the compiled core
+    the wheels of `dist` installed in `site`, or None. `seen_site`: `site` as the worker sees it (in a container,
+    its mount point). Read back from the worker: anything of another shape is no native library."""
+    path = native.get("file") if isinstance(native, dict) else None
+    if not isinstance(path, str) or not path:
+        return f"it loaded no native library (no {NATIVE_MODULE})"
+    shown = path[:200]
+    if native.get("extension") is not True:
+        return f"its {NATIVE_MODULE} is {shown!r}, not a compiled extension"
+    if native.get("own_build_info") is not True:
+        return "its get_build_info() is not its compiled core's"
+    rel = posixpath.relpath(posixpath.normpath(path), posixpath.normpath(seen_site))
+    if rel == ".." or rel.startswith("../"):
+        return f"its native library {shown!r} is not in its environment"
+    if rel not in _recorded(site, dist):
+        return f"its native library {rel[:200]!r} is in no RECORD of {dist} (no file its wheel installed)"
+    try:
+        with open(site / rel, "rb") as fh:
+            magic = fh.read(len(ELF))
+    except OSError as exc:
+        return f"its native library {rel[:200]!r}: {exc.strerror or exc}"
+    return None if magic == ELF else f"its native library {rel[:200]!r} is not a shared object"
+
+
+def _recorded(site: Path, dist: str) -> set[str]:
+    """The files (under `site`, with a sha256: hashed by verify_site) the RECORD of `dist`'s own dist-info lists."""
+    files: set[str] = set()
+    for info in site.glob("*.dist-info"):
+        if _dist_name(info.name) != canonicalize_name(dist):
+            continue
+        try:
+            rows = list(csv.reader((info / "RECORD").read_text(encoding="utf-8").splitlines()))
+        except (OSError, UnicodeDecodeError, csv.Error):
+            continue
+        files.update(posixpath.normpath(r[0]) for r in rows if len(r) == 3 and r[1].startswith("sha256="))
+    return files
 
 
 def _dist_name(folder: str) -> str:

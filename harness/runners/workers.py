@@ -4,7 +4,9 @@
 group on timeout; within `reusing_workers()` a live `worker.py --serve` of the
 same command line takes the request instead (a pool of them, `WorkerPool`).
 Every worker is known here until it ends, so `kill_live_workers` can end them
-all on Ctrl-C. Runners (harness.runners.base) use this; nothing here knows a
+all on Ctrl-C. A harness that cannot (SIGKILL) loses none to init either: each
+worker is told its harness's pid and each request its own deadline
+(`with_deadline`), and its watchdog ends it when either is past. Runners (harness.runners.base) use this; nothing here knows a
 backend.
 """
 
@@ -21,7 +23,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.vocabulary import WORKER_PARENT_ENV
+
 STDERR_TAIL = 2000
+#: seconds a worker's own deadline gives a request past the harness's timeout: the harness's kill comes first
+#: (a timeout is its outcome to record); the worker's is for a harness that is gone or cannot see it
+DEADLINE_GRACE_S = 30.0
 
 _live: set[subprocess.Popen] = set()
 _live_lock = threading.Lock()
@@ -49,12 +56,19 @@ class ProcessOutcome:
     engine: dict | None = None  # where the worker ran, when a backend has several places (recorded per probe)
 
 
-def write_request(workdir: Path, request: dict, result_path: str | None = None) -> Path:
-    """The request file the worker reads; `result_path` as the worker will see it."""
+def with_deadline(request: dict, timeout: float) -> dict:
+    """`request` with the deadline its worker holds itself to: `timeout` and a grace, counted from when the
+    worker reads it (no clock is shared with a container or another machine)."""
+    return {**request, "deadline_s": float(timeout) + DEADLINE_GRACE_S}
+
+
+def write_request(workdir: Path, request: dict, timeout: float, result_path: str | None = None) -> Path:
+    """The request file the worker reads, with its deadline; `result_path` as the worker will see it."""
     workdir.mkdir(parents=True, exist_ok=True)
     (workdir / "result.json").unlink(missing_ok=True)
     path = workdir / "request.json"
-    path.write_text(json.dumps({**request, "result_path": result_path or str(workdir / "result.json")}))
+    path.write_text(json.dumps({**with_deadline(request, timeout),
+                                "result_path": result_path or str(workdir / "result.json")}))
     return path
 
 
@@ -75,7 +89,7 @@ def run_worker_process(argv: list[str], request: dict, workdir: Path, timeout: f
     pool = _pool
     if pool is not None:
         return pool.run(argv, request, workdir, timeout, env)
-    request_path = write_request(workdir, request)
+    request_path = write_request(workdir, request, timeout)
     stderr_path = workdir / "stderr.txt"
     t0 = time.perf_counter()
     with open(stderr_path, "wb") as err:
@@ -114,8 +128,9 @@ def _outcome(rc: int | None, timed_out: bool, t0: float, stderr: bytes, workdir:
 
 def _own_tmpdir(env: dict | None, directory: Path) -> dict:
     """The worker's environment with its temporary files under `directory`, which goes when the probe (or the
-    pool) ends: some releases leave files in the temp dir at every start (1.30.0: .ses, mat-debug-PID.log)."""
-    return {**(os.environ if env is None else env), "TMPDIR": str(directory)}
+    pool) ends: some releases leave files in the temp dir at every start (1.30.0: .ses, mat-debug-PID.log);
+    and with this process's pid, the parent its watchdog expects."""
+    return {**(os.environ if env is None else env), "TMPDIR": str(directory), WORKER_PARENT_ENV: str(os.getpid())}
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -172,7 +187,7 @@ class _Served:
         if self.tag is not None and not self.ran:
             _set_idle(self.proc.pid, False)  # its probe is asked for now: it may be still importing
         self.ran = True
-        request_path = write_request(workdir, request)
+        request_path = write_request(workdir, request, timeout)
         offset = self.stderr_path.stat().st_size
         t0 = time.perf_counter()
         answer, timed_out = b"", False

@@ -38,7 +38,7 @@ from harness.runners.provision import ENGINE_SCRIPT, Log, ProvisionError, quiet
 from harness.runners.provision import qemu as qp
 from harness.runners.provision.binfmt import binfmt_status
 from harness.runners.sites import discard_site, prepare_site
-from harness.runners.workers import ProcessOutcome, read_result
+from harness.runners.workers import ProcessOutcome, read_result, with_deadline
 
 MEMORY_LIMIT = os.environ.get("ORTBISECT_DOCKER_MEMORY", "8g")
 #: session options naming a file the session writes, and its name inside the container's /work
@@ -179,6 +179,9 @@ class DockerRunner(Runner):
     def discard(self, env: Environment) -> None:
         discard_site(env)
 
+    def worker_site(self, env: Environment) -> str:
+        return "/site"  # the site's volume, mounted read-only
+
     def run(self, env: Environment, request: dict, workdir: Path, timeout: float) -> ProcessOutcome:
         """The worker in a container of the engine with the most room; a skip when that engine drops out."""
         if self.pool is None:
@@ -215,7 +218,8 @@ class DockerRunner(Runner):
         opts = dict(request.get("session_options") or {})
         written = {key: Path(opts[key]) for key in SESSION_FILES if opts.get(key)}
         opts.update({key: f"/work/{SESSION_FILES[key]}" for key in written})
-        inside = {**request, "model": model_in, "inputs": inputs_in, "result_path": "/work/result.json",
+        # the deadline ends a worker whose harness died: its parent in the container is the container's init
+        inside = {**with_deadline(request, timeout), "model": model_in, "inputs": inputs_in, "result_path": "/work/result.json",
                   "outputs_path": "/work/outputs.npz" if request.get("outputs_path") else None, "hold_dir": None,
                   "session_options": opts, "margin": None}  # the margin model is not shipped to engines
         workdir.mkdir(parents=True, exist_ok=True)
