@@ -778,7 +778,6 @@ def mixed_site(cache_dir, tmp_path_factory) -> tuple[Path, Path]:
     compare (one release, and a range) and reduce, on residual_norm, gemma-tiny-fused and silero-vad 6.2.3 (a
     real PyPI model), then the dashboard over it. Returns (results, site)."""
     from conftest import cli
-    from test_conformance import _wheel
 
     d = tmp_path_factory.mktemp("mixed")
     results = d / "results"
@@ -790,7 +789,7 @@ def mixed_site(cache_dir, tmp_path_factory) -> tuple[Path, Path]:
     rng = np.random.default_rng(0)
     np.savez(d / "silero.npz", input=(rng.standard_normal((4, 512)) * 0.1).astype(np.float32),
              state=np.zeros((2, 4, 128), np.float32), sr=np.array(16000, np.int64))
-    silero = _wheel(cache_dir, "silero-vad") / "silero_vad/data/silero_vad.onnx"
+    silero = builders.real_package(cache_dir, "silero-vad") / "silero_vad/data/silero_vad.onnx"
     where = ("--results-dir", str(results), "--cache-dir", str(cache_dir))
     on_rn = ("--model", str(rn), "--inputs", str(d / "rn.npz"))
     on_silero = ("--model", str(silero), "--inputs", str(d / "silero.npz"))
