@@ -91,9 +91,9 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1], q if probe else None)
     from harness.releases.versions import Target
 
-    all_releases = release_listing(cache_dir, offline)
+    all_releases = release_listing(cache_dir, offline, packages.of_key(key))
 
-    target = Target(key["arch"], key["python"])
+    target = Target(key["arch"], key.get("python") or "")
     installable = [r for r in all_releases if r.wheel_for(target)]
     newest = installable[-1].version if installable else probed[-1]
     plan = None
