@@ -85,6 +85,24 @@ def test_the_web_binding_runs_webassembly_and_names_each_build_s_commit(shared):
             rec["result"]["onnxruntime"]["build_info"]
 
 
+def test_compare_across_bindings_says_core_or_binding(shared):
+    bisect, model, batch = shared
+    r = bisect("compare", "onnxruntime:cpu", "onnxruntime-node:cpu", "onnxruntime-web:wasm", "--model", str(model),
+               "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.1", "--json",
+               "--cache-dir", str(bisect.cache_dir), "--results-dir", str(bisect.results_dir))
+    assert r.returncode == 0, r.stderr
+    doc = r.json()
+    assert doc["probes"]["reused"] >= 6  # the sweeps' probes of both bindings
+    core = [(o["pair"], o["release"]) for o in doc["origins"] if o["in"] == "core"]
+    assert ("onnxruntime-node:cpu", "1.20.0") in core and ("onnxruntime-web:wasm", "1.20.0") in core, doc["origins"]
+    assert "at 1.20.0 onnxruntime:cpu, onnxruntime-node:cpu and onnxruntime-web:wasm all change: in onnxruntime's " \
+           "core" in doc["message"]
+    node = next(p for p in doc["pairs"] if p["label"] == "onnxruntime-node:cpu")
+    ref = doc["reference"]
+    # the same core: the node binding gives the wheel's bits at every release
+    assert [e["outputs_sha256"] for e in node["releases"]] == [e["outputs_sha256"] for e in ref["releases"]]
+
+
 def test_the_web_binding_s_development_builds_narrow_the_release_pair(shared):
     bisect, model, batch = shared
     r = bisect("run", "--binding", "web", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2",
