@@ -13,6 +13,7 @@ from __future__ import annotations
 from packaging.version import InvalidVersion, Version
 
 from harness.releases.packages import parse_build_info
+from harness.vocabulary import binding_of
 
 #: release -> the commit (as abbreviated in the build info) its `onnxruntime` wheel names
 WHEEL_COMMITS = {
@@ -47,7 +48,7 @@ WHEEL_COMMITS = {
 #: package -> the first release whose builds name their commit: a build of an earlier one that names none is
 #: judged on what else it reports. Every build of a package not listed names its commit (the wheels of
 #: onnxruntime and onnxruntime-openvino all do), so one of them that names none is no build of it.
-COMMITLESS_BEFORE: dict[str, str] = {}
+COMMITLESS_BEFORE: dict[str, str] = {"onnxruntime-node": "1.21.0"}  # its library names none before 1.21.0
 
 
 def _may_name_no_commit(package: str, version: str) -> bool:
@@ -86,7 +87,7 @@ def build_mismatch(package: str, version: str, build_info: str | None) -> str | 
         if "git-commit-id=" not in build_info and _may_name_no_commit(package, version):
             return None
         said = "something that is not a commit id" if "git-commit-id=" in build_info else "no commit"
-        return f"its build names {said}" + (f", not {expected} ({version}'s wheel)" if expected else "")
+        return f"its build names {said}" + (f", not {expected} ({version}'s {_published(package)})" if expected else "")
     if not known:
         return None
     if expected is not None and _same_commit(commit, expected):
@@ -97,4 +98,8 @@ def build_mismatch(package: str, version: str, build_info: str | None) -> str | 
         # a development build or release candidate may come from a release's own commit: only a final
         # release this table does not know yet is held to having a commit of its own
         return f"its build names commit {commit}{whose}" if other and not _is_pre(version) else None
-    return f"its build names commit {commit}{whose}, not {expected} ({version}'s wheel)"
+    return f"its build names commit {commit}{whose}, not {expected} ({version}'s {_published(package)})"
+
+
+def _published(package: str) -> str:
+    return "wheel" if binding_of(package) == "python" else "npm build"

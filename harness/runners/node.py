@@ -213,6 +213,12 @@ class NodeRunner(Runner):
     def forget_verified(self, env: Environment) -> None:
         self._verified.pop(env.path, None)
 
+    def native_problem(self, env: Environment, native) -> str | None:
+        """None: the binding's native code (the addon and its library, or the WebAssembly module) is the prefix's
+        own, held by `verify`'s manifest, and its commit is read from that very file (`build_info_of`), not
+        from what the worker says."""
+        return None
+
     def build_info(self, release: Release, install: bool = False) -> str | None:
         try:
             info = json.loads((self.env_dir(release.version) / "ortbisect-ready.json").read_text())
