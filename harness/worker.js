@@ -96,9 +96,10 @@ function readNpy(name, buf) {
   return { descr: descr[1], shape: dims, data: buf.subarray(offset + headerLen) };
 }
 
-function feedsOf(ort, npzPath) {
+/** The arrays of an .npz (its bytes) as the binding's tensors, by name. */
+function feedsOf(ort, npz) {
   const feeds = {};
-  for (const [member, buf] of Object.entries(readZip(fs.readFileSync(npzPath)))) {
+  for (const [member, buf] of Object.entries(readZip(npz))) {
     const name = member.endsWith('.npy') ? member.slice(0, -4) : member;
     const arr = readNpy(name, buf);
     const dt = DTYPES[arr.descr];
@@ -258,7 +259,7 @@ async function probe(state, request, result) {
   if (missing) throw new Error(`the ${binding.pkg} binding has no ${missing}`);
 
   result.stage = 'inputs';
-  const feeds = feedsOf(ort, request.inputs);
+  const feeds = feedsOf(ort, fs.readFileSync(request.inputs));
 
   result.stage = 'session';
   const opts = request.session_options || {};

@@ -183,3 +183,93 @@ def test_reduce_on_the_node_binding_captures_a_cut_s_inner_tensors(shared):
     doc = json.loads((run_dir / "reduced" / "reduce.json").read_text())
     assert doc["verified"]["flips"] and doc["candidates"]["rejected"] == 0, doc["candidates"]
     assert doc["nodes"]["after"] <= 4, doc["nodes"]  # where the wheels' reduction ends
+
+
+# -- the report of a binding's run: its repro in that binding ------------------------------------------------
+
+
+def _report(bisect, run_id: str, *more: str):
+    rep = bisect("report", run_id, "--results-dir", str(bisect.results_dir), "--cache-dir", str(bisect.cache_dir),
+                 "--no-probe", *more)
+    assert rep.returncode == 0, rep.stderr
+    return rep
+
+
+@pytest.mark.parametrize("binding", ["node", "web"])
+def test_the_report_of_a_binding_run_reproduces_in_that_binding(shared, binding, tmp_path):
+    """The report of a --binding run carries repro.mjs: run by Node.js on the npm package of the release, with the
+    reduced model by default and the full model with --full, it exits 0 on the last good release and 1 on the first
+    bad one. The report names the binding first, its npm install lines and Node.js, and no Python or numpy of
+    probes that had none; repro.py is the same model on the Python wheel of the release."""
+    bisect, model, batch = shared
+    r = bisect("run", "--binding", binding, "--model", str(model), "--inputs", str(batch), "--from", "1.19.2",
+               "--to", "1.20.0", "--json")
+    assert r.returncode == 0 and r.json()["first_bad"] == "1.20.0", r.stderr
+    run_id, run_dir = r.json()["run_id"], bisect.results_dir / r.json()["run_id"]
+    doc = json.loads(_report(bisect, run_id, "--reduce", "--format", "json").stdout)
+    assert doc["repro"]["reduced"] and doc["repro"]["js"]["predicate"] == "nan-or-inf", doc["repro"]
+    package = {"node": "onnxruntime-node", "web": "onnxruntime-web"}[binding]
+    for version, verdict, rc in (("1.19.2", "good", 0), ("1.20.0", "bad", 1)):
+        prefix = builders.npm_prefix(bisect.cache_dir, binding, version)
+        for args, what in (((), "reduced model"), (("--full",), "full model")):
+            out = builders.run_node_repro(run_dir, prefix, tmp_path / version, *args)
+            assert out.returncode == rc, out.stdout + out.stderr
+            assert out.stdout.startswith(f"{package} {version}, {what}: {verdict} ("), out.stdout
+        assert "2 NaN rows, 0 Inf rows of 4" in out.stdout or verdict == "good", out.stdout  # the run's own count
+    md = (run_dir / "report.md").read_text()
+    words = {"node": "the Node.js binding", "web": "onnxruntime's WebAssembly build"}[binding]
+    title = md.splitlines()[0]
+    assert title.startswith("## ") and f"since {package} 1.20.0" in title and title.endswith(f", in {words}"), title
+    assert f"Running `residual_norm` with `{package}` ({words}) under Node.js {NODE_VERSION} through" in md
+    told = md.split("<details>")[0]
+    assert f"npm install --ignore-scripts {package}@1.20.0\nnode repro.mjs " in told
+    assert f"`repro.mjs` exits 1 (bad) on 1.20.0 and 0 (good) on 1.19.2" in told
+    assert "the Python wheel of the same release" in told and "pip install onnxruntime==1.20.0 numpy" in told
+    system = md.split("### System information")[1]
+    assert f"| Node.js | {NODE_VERSION} |" in system and f"| {package} (npm) | 1.19.2 (good), 1.20.0 (bad) |" in system
+    assert "| Python |" not in system and "| numpy |" not in system
+    assert f"| How it ran | {package} (" in system
+    assert "<summary>repro.mjs</summary>" in md and len(md) < 60_000
+    wheel = (run_dir / "repro.py").read_text()
+    assert "pip install onnxruntime==VERSION numpy" in wheel and f"the Python wheel of the release the run probed " \
+        f"on {package}" in wheel
+
+
+def test_a_binding_s_report_asks_core_or_binding_and_says_what_compare_answered(shared, tmp_path):
+    """Core or binding: the report suggests the `bisect compare` of the wheel beside the binding over its pair,
+    and once one is in the results directory it says its answer in one sentence: worked out again from the
+    compare document's releases (read as untrusted), never taken from its text."""
+    _, model, batch = shared
+    bisect = cli(shared[0].cache_dir, tmp_path / "res")
+    r = bisect("run", "--binding", "node", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2",
+               "--to", "1.20.0", "--json")
+    assert r.returncode == 0, r.stderr
+    run_id = r.json()["run_id"]
+    asked = "bisect compare onnxruntime:cpu onnxruntime-node:cpu --from 1.19.2 --to 1.20.0 --model residual_norm.onnx " \
+            "--inputs batch.npz"
+    md = _report(bisect, run_id).stdout
+    assert f"### Core or binding" in md and f"\n{asked}\n" in md and "answers it" not in md, md
+    c = bisect("compare", "onnxruntime:cpu", "onnxruntime-node:cpu", "--model", str(model), "--inputs", str(batch),
+               "--from", "1.19.2", "--to", "1.20.0", "--json", "--cache-dir", str(bisect.cache_dir),
+               "--results-dir", str(bisect.results_dir))
+    assert c.returncode == 0, c.stderr
+    md = _report(bisect, run_id).stdout
+    # the wheel's run the compare made beside it is another package: no other target of this run
+    assert "the same batch is" not in md.split("Where: ")[1].split("\n")[0], md
+    compare_id = c.json()["run_id"]
+    assert (f"`bisect compare` (run `{compare_id}`) answers it: at 1.20.0 onnxruntime:cpu and onnxruntime-node:cpu "
+            "both change: in onnxruntime's core, which the bindings share") in md, md.split("### Core or binding")[1][:800]
+    # a document saying the wheel's bits stayed put: the change is the binding's (the document's own sentence is
+    # not what the report reads)
+    path = bisect.results_dir / compare_id / "compare.json"
+    doc = json.loads(path.read_text())
+    for entry in doc["reference"]["releases"]:
+        entry["outputs_sha256"] = "0" * 64
+    doc["message"] = doc["origins"] = "at 1.20.0 everything is fine"
+    path.write_text(json.dumps({**doc, "origins": []}))
+    md = _report(bisect, run_id).stdout
+    assert ("answers it: at 1.20.0 onnxruntime-node:cpu changes and onnxruntime:cpu does not: in what "
+            "onnxruntime-node:cpu does not share with onnxruntime:cpu (its binding, or its build of the core)") in md
+    path.write_text(json.dumps({**doc, "releases": "not a list"}))  # not of the document's shape: no answer
+    md = _report(bisect, run_id).stdout
+    assert "answers it" not in md and f"\n{asked}\n" in md

@@ -77,5 +77,8 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_prob
     err.print(f"answering {escape(doc['question']['said'])}")
     saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
-    err.print(f"repro script: {saved.parent / doc['repro']['file']}; report: {saved}")
+    js = doc["repro"].get("js")  # a run of the node or web binding: its own repro, and repro.py on the wheel
+    err.print(f"repro script: {saved.parent / js['file']} ({escape(doc['binding']['package'])}), "
+              f"{saved.parent / doc['repro']['file']} (the Python wheel); report: {saved}" if js else
+              f"repro script: {saved.parent / doc['repro']['file']}; report: {saved}")
     return 0
