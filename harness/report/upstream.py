@@ -28,6 +28,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.metrics import ratio_text
 from harness.releases import packages
 from harness.releases.versions import parse_version
@@ -96,7 +97,12 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1], q if probe else None)
     from harness.releases.versions import Target
 
-    all_releases = release_listing(cache_dir, offline, packages.of_key(key))
+    try:
+        all_releases = release_listing(cache_dir, offline, packages.of_key(key))
+    except UsageError:  # offline, and no listing of this run's package here (a run made elsewhere): onnxruntime's
+        if packages.of_key(key).from_npm:
+            raise
+        all_releases = release_listing(cache_dir, offline)
 
     target = Target(key["arch"], key.get("python") or "")
     installable = [r for r in all_releases if r.wheel_for(target)]
