@@ -196,7 +196,7 @@ def _report(bisect, run_id: str, *more: str):
 
 
 @pytest.mark.parametrize("binding", ["node", "web"])
-def test_the_report_of_a_binding_run_reproduces_in_that_binding(shared, binding, tmp_path):
+def test_the_report_of_a_binding_run_reproduces_in_that_binding(shared, binding, tmp_path, fresh_python):
     """The report of a --binding run carries repro.mjs: run by Node.js on the npm package of the release, with the
     reduced model by default and the full model with --full, it exits 0 on the last good release and 1 on the first
     bad one. The report names the binding first, its npm install lines and Node.js, and no Python or numpy of
@@ -233,6 +233,8 @@ def test_the_report_of_a_binding_run_reproduces_in_that_binding(shared, binding,
     wheel = (run_dir / "repro.py").read_text()
     assert "pip install onnxruntime==VERSION numpy" in wheel and f"the Python wheel of the release the run probed " \
         f"on {package}" in wheel
+    out = builders.run_script(fresh_python("1.20.0"), run_dir / "repro.py", "--full")  # the wheel: bad there too
+    assert out.returncode == 1 and out.stdout.startswith("onnxruntime 1.20.0, full model: bad"), out.stdout + out.stderr
 
 
 def test_a_binding_s_report_asks_core_or_binding_and_says_what_compare_answered(shared, tmp_path):
