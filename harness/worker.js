@@ -255,6 +255,7 @@ async function probe(state, request, result) {
   result.import_s = now() - t0;
   result.onnxruntime = { version: binding.version, device: 'CPU', providers: [binding.web ? 'wasm' : 'cpu'],
     build_info: '', package: binding.pkg, versions: ort.env.versions || null };
+  result.stage = 'session'; // what the binding cannot do is the session's to refuse: the package imported
   const missing = unsupported(request, binding);
   if (missing) throw new Error(`the ${binding.pkg} binding has no ${missing}`);
 

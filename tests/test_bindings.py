@@ -275,3 +275,18 @@ def test_a_binding_s_report_asks_core_or_binding_and_says_what_compare_answered(
     path.write_text(json.dumps({**doc, "releases": "not a list"}))  # not of the document's shape: no answer
     md = _report(bisect, run_id).stdout
     assert "answers it" not in md and f"\n{asked}\n" in md
+
+
+def test_blame_of_a_binding_run_is_refused_in_one_line_pointing_to_the_wheel(shared):
+    """blame needs the session log and disabled_optimizers, which the JavaScript API lacks: refused before any
+    probe (it used to reinstall the prefix as if onnxruntime would not import, and end in exit 3)."""
+    bisect, model, batch = shared
+    r = bisect("run", "--binding", "node", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2",
+               "--to", "1.20.0", "--json")
+    assert r.returncode == 0, r.stderr
+    run_dir = bisect.results_dir / r.json()["run_id"]
+    r = bisect("blame", str(run_dir), "--cache-dir", str(bisect.cache_dir))
+    assert r.returncode == 2, r.stderr
+    line, = r.stderr.strip().splitlines()
+    assert "onnxruntime-node's JavaScript API cannot" in line and "--binding python" in line
+    assert not (run_dir / "blame").exists()

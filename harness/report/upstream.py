@@ -622,10 +622,10 @@ def _markdown(doc: dict, paste: list[str]) -> str:
     if doc.get("profile"):
         L += profile_section(doc["profile"])
     if doc.get("blame"):
-        b = doc["blame"]
-        L += ["### Below the release", "", prose(b["text"]), ""]
-        if b["commits"]:
-            c = b["commits"]
+        bl = doc["blame"]
+        L += ["### Below the release", "", prose(bl["text"]), ""]
+        if bl["commits"]:
+            c = bl["commits"]
             L.append(f"Commits between the two builds that touch the source of what is named ({t(len(c['suspects']))} "
                      f"of {t(c['total'])}; suspects, not a verdict):")
             L += [f"- {code(x['sha'][:10])} {t(x['date'])} {t(x['subject'])}" for x in c["suspects"][:20]]
