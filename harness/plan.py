@@ -167,7 +167,7 @@ def spec_of_run(run_dir: Path, cache_dir: Path, offline: bool, from_: str, to: s
     name = model["name"] if model.get("source") in ("generated", "hub") else model["path"]
     spec = SearchSpec(model=name, from_=from_, to=to, inputs=Path(manifest["batch"]["path"]),
                       outputs=tuple(key.get("outputs") or ()), arch=key["arch"], backend=key["backend"],
-                      cpu=key.get("cpu"), python=key["python"], cache_dir=cache_dir, offline=offline,
+                      cpu=key.get("cpu"), python=key.get("python") or SearchSpec.python, cache_dir=cache_dir, offline=offline,
                       results_dir=Path(run_dir).parent, resume=Path(run_dir).name,
                       session_options=key.get("session_options") or {}, repeat=key.get("repeat", 1),
                       package=of_key(key, pre=_has_pre(from_, to)), ray_address=ray_address)

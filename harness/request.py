@@ -186,6 +186,10 @@ def release_listing(cache_dir: Path, offline: bool = False, package: Package | N
     """Every release of the package on the index and its sources (the index's listing is cached; `offline`
     reads the cache only, never the network)."""
     cache_dir = directory(cache_dir, "--cache-dir")
+    if package is not None and package.from_npm:
+        from harness.releases.npm import NpmIndex
+
+        return NpmIndex(cache_dir, offline, package).releases()
     try:
         uv = uv_bin()
     except EnvironmentSkip as exc:  # no uv: the tool's environment (exit 1), not the request
@@ -225,6 +229,10 @@ def package(pkg: Package, device: bool = True) -> Package:
         k, v = pkg.ep_options[0]
         raise UsageError(f"--ep-option {k}={v}: the CPU provider takes no provider options ({pkg.name} runs "
                          f"{', '.join(eps)}; options are for another provider)")
+    if pkg.from_npm and (pkg.index_urls or pkg.find_links):
+        flag, value = ("--index-url", pkg.index_urls[0]) if pkg.index_urls else ("--find-links", pkg.find_links[0])
+        raise UsageError(f"{flag} {redact(value)}: a source of wheels; --binding {pkg.binding} installs {pkg.name} from "
+                         "npm's registry (npm config set registry URL names another)")
     for link in pkg.find_links:
         models.text_name(Path(link), "--find-links")
         if "://" not in link and not Path(link).is_dir():
@@ -290,7 +298,8 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
                          spec.package, spec.engines)
     if spec.memory_limit_mb and not runner.supports_memory_limit:
-        raise UsageError(f"--memory-limit is not available with --backend {runner.backend}")
+        where = f"--binding {spec.package.binding}" if spec.package.from_npm else f"--backend {runner.backend}"
+        raise UsageError(f"--memory-limit is not available with {where}")
 
     directory(spec.cache_dir, "--cache-dir")
     directory(spec.results_dir, "--results-dir")

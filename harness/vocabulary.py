@@ -50,13 +50,26 @@ OLDEST_RELEASE = "1.19.0"
 DEFAULT_PACKAGE = "onnxruntime"
 DEFAULT_EP = "cpu"
 #: the --ep word -> onnxruntime's name of the execution provider
-PROVIDERS = {"cpu": "CPUExecutionProvider", "openvino": "OpenVINOExecutionProvider", "cuda": "CUDAExecutionProvider"}
+PROVIDERS = {"cpu": "CPUExecutionProvider", "openvino": "OpenVINOExecutionProvider", "cuda": "CUDAExecutionProvider",
+             "wasm": "WebAssemblyExecutionProvider"}
 #: the packages the harness knows -> the --ep words each one runs
 PACKAGES = {
     "onnxruntime": ("cpu",),
     "onnxruntime-openvino": ("cpu", "openvino"),
     "onnxruntime-gpu": ("cpu", "cuda"),
+    "onnxruntime-node": ("cpu",),
+    "onnxruntime-web": ("wasm",),
 }
+#: the APIs a model's users call onnxruntime through (--binding) -> the package a probe of it installs, and its
+#: provider: python, the wheels from the package index (the packages above, installed by uv); node and web, the
+#: npm packages (installed by npm, run by Node.js: onnxruntime-node's native library, onnxruntime-web's WebAssembly)
+BINDINGS = {"python": (DEFAULT_PACKAGE, DEFAULT_EP), "node": ("onnxruntime-node", "cpu"), "web": ("onnxruntime-web", "wasm")}
+DEFAULT_BINDING = "python"
+
+
+def binding_of(package: str) -> str:
+    """The binding a package is installed and run as: python unless it is one of the npm packages."""
+    return next((b for b, (name, _) in BINDINGS.items() if name == package and b != DEFAULT_BINDING), DEFAULT_BINDING)
 #: extras installed with a package for a provider: the CUDA and cuDNN runtime wheels of onnxruntime-gpu
 EP_EXTRAS = {("onnxruntime-gpu", "cuda"): ("cuda", "cudnn")}
 #: providers that need a device the host must show before anything is installed, and the command that shows it

@@ -336,6 +336,35 @@ def run_script(python: Path, script: Path, *args: str) -> subprocess.CompletedPr
                           cwd=script.parent, env={k: v for k, v in os.environ.items() if k != "VIRTUAL_ENV"})
 
 
+def npm_prefix(cache_dir: Path, binding: str, version: str) -> Path:
+    """The npm prefix of `version` of the binding's package (node, web), as the harness installs it
+    (harness.runners.node.NodeRunner.prepare: made once in the cache, kept)."""
+    from harness.releases.packages import Package
+    from harness.releases.versions import Target
+    from harness.request import release_listing
+    from harness.runners import make_runner, native_arch
+    from harness.vocabulary import BINDINGS
+
+    package = Package(*BINDINGS[binding])
+    release = next(r for r in release_listing(cache_dir, False, package) if r.version == version)
+    return make_runner("nodejs", Target(native_arch(), ""), cache_dir, package=package).prepare(release).path
+
+
+def run_node_repro(run_dir: Path, prefix: Path, where: Path, *args: str) -> subprocess.CompletedProcess:
+    """`node repro.mjs ARGS` as a maintainer runs it after `npm install` of the release: the script and its
+    attachment copied from the report's folder into `where`, beside a node_modules that is the prefix's."""
+    from harness.results.store import REPRO_BATCH, REPRO_JS
+
+    where.mkdir(parents=True, exist_ok=True)
+    for name in (REPRO_JS, REPRO_BATCH):
+        if (run_dir / name).is_file():
+            shutil.copyfile(run_dir / name, where / name)
+    if not (where / "node_modules").exists():
+        (where / "node_modules").symlink_to(prefix / "node_modules")
+    return subprocess.run(["node", REPRO_JS, *args], capture_output=True, text=True, timeout=300, cwd=where,
+                          env={k: v for k, v in os.environ.items() if not k.startswith(("NODE_", "npm_"))})
+
+
 def layer_norm_cast_model(width: int = 8) -> onnx.ModelProto:
     """A mixed-precision export's LayerNorm: fp16 in, Cast to fp32, a decomposed LayerNorm in fp32, Cast back.
 

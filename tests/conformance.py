@@ -9,7 +9,8 @@ each probed release's verdict. Each artifact is made as a user makes it (the CLI
   names the boundary in the run's mode, every suggested command parseable and naming the right releases, and
   "What changed" giving the run's verdicts;
 - repro.py, by default and with --full, in a fresh environment of each side: exit 0 where the run says good,
-  1 where it says bad;
+  1 where it says bad; for a run of the node or web binding, repro.mjs so on the npm package of each side (its
+  repro.py runs the Python wheel, another package, and its blame has no session log to read: neither is checked);
 - `reduce`: the reduced pair flips on the same question, or it says it reduced nothing with its own exit status;
 - `diff` (the trace of the pair): the run's verdicts, never *error* for a release that ran;
 - `blame`: the run's pair, the run's verdicts on it unmodified, exit 0 exactly when something is named;
@@ -119,6 +120,7 @@ class Context:
     explain: bool = True  # trace the pair (report's "What changed", `diff`); off under emulation
     extra_run_args: tuple[str, ...] = ()
     question_args: tuple[str, ...] = ()  # the run's --bad-if and reference, as given to it: diff asks the same
+    binding: str | None = None  # the run's --binding, when it is node or web (extra_run_args holds it too)
 
 
 def check_agrees(run_doc: dict, results_dir: Path, ctx: Context, run_rc: int | None = None) -> Problems:
@@ -148,7 +150,8 @@ def collect(run_doc: dict, results_dir: Path, ctx: Context, run_rc: int | None =
     report = timed(_report, t, results_dir, ctx, p, reduced)
     if report is not None and ctx.native:
         timed(_repro, t, results_dir, ctx, p, report, reduced)
-    timed(_blame, t, results_dir, ctx, p)
+    if ctx.binding is None:  # the JavaScript API writes no session log: blame's looks cannot run there
+        timed(_blame, t, results_dir, ctx, p)
     timed(_drift, t, results_dir, ctx, p)
     timed(_dashboard, t, results_dir, ctx, p)
     return p
@@ -264,7 +267,7 @@ def _commands(t: Truth, md: str, p: Problems) -> None:
     a = "report.md commands"
     outside = re.sub(r"<details>.*?</details>", "", md, flags=re.DOTALL)
     blocks = re.findall(r"```[a-z]*\n(.*?)```", outside, flags=re.DOTALL)
-    installs = []
+    installs, npm_installs = [], []
     for block in blocks:
         for line in block.splitlines():
             line = line.strip()
@@ -279,12 +282,21 @@ def _commands(t: Truth, md: str, p: Problems) -> None:
                 m = re.fullmatch(r"onnxruntime[a-z-]*==(.+)", w)
                 if m:
                     installs.append(m.group(1))
+                m = re.fullmatch(r"onnxruntime-(?:node|web)@(.+)", w)
+                if m and words[:2] == ["npm", "install"]:
+                    npm_installs.append(m.group(1))
             if words[:1] == ["python"] and len(words) > 1 and words[1] != "-m":  # -m venv: making an environment
                 p.check(a, words[1].endswith("repro.py"), f"{line!r} runs something other than repro.py")
+            if words[:1] == ["node"]:
+                p.check(a, len(words) > 1 and words[1] == "repro.mjs", f"{line!r} runs something other than repro.mjs")
+            if words[:2] == ["bisect", "compare"]:  # core or binding: over the run's own boundary
+                p.check(a, t.found and words[words.index("--from") + 1:words.index("--from") + 4:2] == [t.older, t.newer],
+                        f"{line!r} compares another range than the boundary {t.older}..{t.newer}")
     if t.found:
         named = {t.older, t.newer}
         p.check(a, set(installs) <= named, f"installs {installs}, the boundary is {sorted(named)}")
         p.check(a, t.bad_side in installs, f"installs {installs}, not the bad side {t.bad_side}")
+        p.check(a, set(npm_installs) <= named, f"npm installs {npm_installs}, the boundary is {sorted(named)}")
     else:
         in_range = set(t.releases) | set(t.verdicts) | set(t.elsewhere)
         p.check(a, set(installs) <= in_range, f"installs {installs}, outside the run's releases")
@@ -309,7 +321,31 @@ def _what_changed(t: Truth, md: str, p: Problems, artifact: str) -> None:
 # -- repro.py ------------------------------------------------------------------------------------------------
 
 
+def _repro_mjs(t: Truth, results: Path, ctx: Context, p: Problems, report: dict, reduced: dict | None) -> None:
+    """repro.mjs of a binding's run, by Node.js on each side's npm package (as the harness installs it), the
+    reduced repro and --full: 0 where the run says good, 1 where it says bad."""
+    run_dir = results / t.run_id
+    repro = report.get("repro") or {}
+    if not (run_dir / "repro.mjs").is_file():
+        p.check("repro.mjs --full", False, "no repro.mjs")
+        return
+    carried = repro.get("model_embedded") or repro.get("model_attached")
+    for v in t.sides:
+        want = VERDICT_EXIT.get(t.verdicts[v])
+        if want is None:
+            continue
+        prefix = builders.npm_prefix(ctx.bisect.cache_dir, ctx.binding, v)
+        where = results.parent / f"repro-mjs-{t.run_id}-{v}"
+        for artifact, args in (("repro.mjs --full", ["--full", *([] if carried else [str(ctx.model)])]),
+                               *((("repro.mjs (reduced)", []),) if reduced is not None or repro.get("reduced") else ())):
+            out = builders.run_node_repro(run_dir, prefix, where, *args)
+            p.check(artifact, out.returncode == want,
+                    f"on {v} (run: {t.verdicts[v]}) exits {out.returncode}: {(out.stdout + out.stderr).strip()[-200:]}")
+
+
 def _repro(t: Truth, results: Path, ctx: Context, p: Problems, report: dict, reduced: dict | None) -> None:
+    if ctx.binding is not None:
+        return _repro_mjs(t, results, ctx, p, report, reduced)
     script = results / t.run_id / "repro.py"
     repro = report.get("repro") or {}
     if not script.is_file():

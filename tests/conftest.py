@@ -63,11 +63,13 @@ def offline_cli(monkeypatch):
     test): for requests refused, or let through, before any of that."""
     import inproc
 
+    from harness.releases.npm import NpmIndex
     from harness.releases.versions import ReleaseIndex
 
     def fetch(self):
         raise AssertionError("a release listing was fetched")
     monkeypatch.setattr(ReleaseIndex, "_fetch", fetch)
+    monkeypatch.setattr(NpmIndex, "_fetch", fetch)
     with inproc.nothing_provisioned(monkeypatch):
         yield inproc.run
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import click
@@ -58,6 +59,15 @@ def test_every_command_module_is_registered():
     ctx = click.Context(cli)
     assert set(cli.list_commands(ctx)) == set(COMMANDS)
     assert {name: cli.get_command(ctx, name).name for name in COMMANDS} == {name: name for name in COMMANDS}
+
+
+def test_the_javascript_worker_requires_only_node_s_own_modules_and_the_binding():
+    """worker.js, worker.py's twin for the node and web bindings, is a leaf too: Node.js's built-in modules, and
+    the binding resolved in its prefix (`require(main)`), nothing else."""
+    text = (HARNESS / "worker.js").read_text()
+    required = set(re.findall(r"require\(\s*'([^']+)'\s*\)", text))
+    assert required <= {"fs", "path", "zlib", "readline", "worker_threads"}, required
+    assert set(re.findall(r"require\(\s*([A-Za-z_]+)\s*\)", text)) == {"main"}
 
 
 def test_the_worker_imports_only_onnxruntime_numpy_and_the_standard_library():

@@ -46,10 +46,12 @@ def test_a_build_that_names_no_commit_is_no_build_of_any_package_or_release():
         "its build names something that is not a commit id")
 
 
-def test_a_package_whose_early_builds_name_no_commit_is_exempt_before_its_first_that_does(monkeypatch):
-    monkeypatch.setitem(builds.COMMITLESS_BEFORE, "onnxruntime-node", "1.21.0")
+def test_a_package_whose_early_builds_name_no_commit_is_exempt_before_its_first_that_does():
+    assert builds.COMMITLESS_BEFORE["onnxruntime-node"] == "1.21.0"  # measured: its library names none before
     assert build_mismatch("onnxruntime-node", "1.20.1", "") is None
     assert build_mismatch("onnxruntime-node", "1.20.1", "git-commit-id=not-hex") is not None  # a bad one is still bad
-    assert build_mismatch("onnxruntime-node", "1.21.0", "") == "its build names no commit"
+    assert build_mismatch("onnxruntime-node", "1.21.0", "") == "its build names no commit, not e0b66cad28 (1.21.0's npm build)"
+    assert build_mismatch("onnxruntime-node", "1.31.1", "git-commit-id=6af1a93") == (  # the wheel's, not npm's
+        "its build names commit 6af1a93, not 41d4d61f1 (1.31.1's npm build)")
     assert build_mismatch("onnxruntime", "1.20.1", "") is not None
 

@@ -29,7 +29,8 @@ dependencies, pinned, kept in the test cache under realmodels/):
   - a scikit-learn 1.6.1 GradientBoostingRegressor (50 trees) converted by skl2onnx 1.20.0 (TreeEnsembleRegressor,
     ai.onnx.ml 3). Measured: bit-identical on every release 1.19.0 .. 1.32.0: unchanged.
 
-Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on), slowed_by_nan (a Loop of 3000 trips instead
+Beside them, tests/builders.py's residual_norm (NaN from 1.20.0 on, on the wheels and on onnxruntime-node: its
+node-binding combination checks repro.mjs on both sides instead of repro.py), slowed_by_nan (a Loop of 3000 trips instead
 of 50 where the norm gives NaN: slower from 1.20.0) and, under QEMU, residual_overflow (NaN on aarch64 with fp16
 arithmetic from 1.24.1 on). Under QEMU too, silero-vad: on aarch64 its outputs change at 1.23.0 (measured against
 1.22.1: 6e-8 on 1.23.0 and 1.23.2, 1.2e-7 on 1.24.3 and 1.28.0).
@@ -37,6 +38,7 @@ arithmetic from 1.24.1 on). Under QEMU too, silero-vad: on aarch64 its outputs c
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
@@ -179,7 +181,11 @@ COMBINATIONS = {
     "residual_norm-regression-nan-or-inf": ("residual_norm", "regression", ("--bad-if", "nan-or-inf"), "1.19.2",
                                             "1.20.0", ("1.19.2", "1.20.0")),
     "residual_norm-fix-nan-or-inf": ("residual_norm", "fix", ("--bad-if", "nan-or-inf"), "1.19.2", "1.20.0", None),
+    # the node binding (onnxruntime-node from npm, run by Node.js): the wheels' boundary, and repro.mjs on both sides
+    "residual_norm-regression-nan-or-inf-node": ("residual_norm", "regression", ("--bad-if", "nan-or-inf"), "1.19.2",
+                                                 "1.20.0", ("1.19.2", "1.20.0")),
 }
+BINDING_OF = {"residual_norm-regression-nan-or-inf-node": "node"}  # the combinations of a binding other than python
 
 
 def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results, extra=()):
@@ -197,16 +203,18 @@ def _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last,
 
 
 def _conform(bisect, fresh_python, model: Path, batch: Path, results: Path, mode: str, question: tuple, first: str,
-             last: str, boundary: tuple | None, extra: tuple = ()) -> None:
+             last: str, boundary: tuple | None, extra: tuple = (), binding: str | None = None) -> None:
     """One combination: the run, the boundary measured for it, then every artifact checked against the run."""
-    r, asked = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results, extra)
+    bound = ("--binding", binding) if binding else ()
+    r, asked = _bisect_run(bisect, fresh_python, model, batch, mode, question, first, last, results, (*extra, *bound))
     doc = r.json()
     older, newer = ("last_good", "first_bad") if mode == "regression" else ("last_bad", "first_good")
     assert doc["mode"] == mode
     assert (doc.get(older), doc.get(newer)) == (boundary or (None, None)), doc["message"]  # measured, see above
     native = not extra
     check_agrees(doc, results, Context(bisect, fresh_python, model, batch, native=native, explain=native,
-                                       extra_run_args=extra, question_args=asked), run_rc=r.returncode)
+                                       extra_run_args=(*extra, *bound), question_args=asked, binding=binding),
+                 run_rc=r.returncode)
 
 
 # Under QEMU (aarch64 from x86_64): id: (model, question args, from, to, the boundary measured for it)
@@ -236,10 +244,12 @@ def checked(request, models, module_bisect, fresh_python, tmp_path_factory):
                 if item.module is request.module and hasattr(item, "callspec")]
     jobs = {}
     for test, combination in selected:
+        if combination in BINDING_OF and shutil.which("node") is None:
+            continue  # its test says why
         if test == NATIVE_TEST and not _timed(combination):
             name, mode, question, first, last, boundary = COMBINATIONS[combination]
             jobs[(test, combination)] = (*models[name], tmp_path_factory.mktemp(combination) / "results", mode,
-                                         question, first, last, boundary)
+                                         question, first, last, boundary, (), BINDING_OF.get(combination))
         elif test == EMULATED_TEST:
             name, question, first, last, boundary = EMULATED[combination]
             jobs[(test, combination)] = (*models[name], tmp_path_factory.mktemp(f"aarch64-{combination}") / "results",
@@ -251,6 +261,8 @@ def checked(request, models, module_bisect, fresh_python, tmp_path_factory):
 @pytest.mark.parametrize("combination", list(COMBINATIONS))
 def test_every_artifact_agrees_with_the_run(combination, checked, models, module_bisect, fresh_python,
                                             tmp_path_factory):
+    if combination in BINDING_OF and (shutil.which("node") is None or shutil.which("npm") is None):
+        pytest.skip("Node.js and npm run the node and web bindings (apt-get install nodejs npm)")
     if not _timed(combination):
         checked[(NATIVE_TEST, combination)].result()
         return

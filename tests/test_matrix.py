@@ -239,10 +239,10 @@ def refused_in_process(*argv) -> str:
 @pytest.mark.parametrize("top, model, tail, message", [
     ("", "", '[[providers]]\npackage = "onnxruntime-silicon"\n',
      "[[providers]] #1: package onnxruntime-silicon: not an onnxruntime package this harness knows (known: "
-     "onnxruntime, onnxruntime-openvino, onnxruntime-gpu)"),
+     "onnxruntime, onnxruntime-openvino, onnxruntime-gpu, onnxruntime-node, onnxruntime-web)"),
     ("", "", '[[providers]]\npackage = "onnxruntime-openvino"\nep = "TPUExecutionProvider"\n',
      "[[providers]] #1: ep TPUExecutionProvider: onnxruntime-openvino runs cpu, openvino, not TPUExecutionProvider "
-     "(providers: cpu, cuda, openvino)"),
+     "(providers: cpu, cuda, openvino, wasm)"),
     ("", "", '[[providers]]\nep = "OpenVINOExecutionProvider"\n',
      "[[providers]] #1: ep openvino: onnxruntime runs cpu, not openvino; openvino is in onnxruntime-openvino"),
     ("", "", '[[providers]]\nep_options = { device_type = "CPU" }\n',

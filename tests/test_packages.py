@@ -164,11 +164,11 @@ def refused(r) -> str:
 
 @pytest.mark.parametrize("argv, message", [
     (["--package", "onnxruntime-silicon"], "--package onnxruntime-silicon: not an onnxruntime package this harness "
-                                           "knows (known: onnxruntime, onnxruntime-openvino, onnxruntime-gpu)"),
+                                           "knows (known: onnxruntime, onnxruntime-openvino, onnxruntime-gpu, onnxruntime-node, onnxruntime-web)"),
     (["--ep", "openvino"], "--ep openvino: onnxruntime runs cpu, not openvino; openvino is in onnxruntime-openvino"),
     (["--package", "onnxruntime-openvino", "--ep", "cuda"], "--ep cuda: onnxruntime-openvino runs cpu, openvino, "
                                                             "not cuda; cuda is in onnxruntime-gpu"),
-    (["--ep", "tpu"], "--ep tpu: onnxruntime runs cpu, not tpu (providers: cpu, cuda, openvino)"),
+    (["--ep", "tpu"], "--ep tpu: onnxruntime runs cpu, not tpu (providers: cpu, cuda, openvino, wasm)"),
     (["--find-links", "/nonexistent/wheels"], "--find-links /nonexistent/wheels: no such directory"),
     (["--index-url", "file:///nonexistent/simple"], "--index-url file:///nonexistent/simple: no such directory"),
     (["--ep-option", "precision"], "Invalid value for '--ep-option': 'precision': expected KEY=VALUE"),

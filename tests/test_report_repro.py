@@ -98,6 +98,70 @@ def test_every_condition_a_run_takes_is_one_entry_of_the_scripts_table_and_abs_d
                 assert _harness_verdict(outputs, f"abs-diff>{bound!r}", REFERENCE) == verdict, case
 
 
+# -- repro.mjs judges as the harness does --------------------------------------------------------------------
+
+# outputs of other types and shapes than _cases(): the rows repro.mjs counts from a binding's tensors
+MORE_CASES = {
+    "int64 with a zero row": {"y": np.array([[1, 2], [0, 0], [3, -4], [5, 6]], np.int64)},
+    "bool": {"y": np.array([[True, False], [False, False], [True, True], [False, True]])},
+    "fp16 Inf": {"y": np.array([[1, np.inf], [2, 3], [-np.inf, 0], [4, 5]], np.float16)},
+    "another first axis beside the batch's": {"y": REFERENCE["y"], "z": np.array([[np.nan, 1]] * 3, np.float32)},
+    "a scalar beside the batch": {"y": REFERENCE["y"], "s": np.array(np.inf, np.float32)},
+    "no output of the batch's rows": {"a": np.zeros((5, 2), np.float32), "b": np.ones((5, 1), np.float32),
+                                      "c": np.full((3, 2), np.nan, np.float32)},
+    "a tie of first axes": {"a": np.full((5, 2), np.nan, np.float32), "b": np.zeros((3, 1), np.float32)},
+    "the inputs' rows, fewer outputs of them": {"a": np.array([[np.nan], [1], [1], [1]], np.float32),
+                                                "d": np.array([[1], [np.nan], [1], [1]], np.float32),
+                                                **{k: np.ones((5, 1), np.float32) for k in "bce"}},
+    "huge": {"y": REFERENCE["y"] * 617283.5},
+    "an empty row width": {"y": np.zeros((4, 0), np.float32)},
+}
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs repro.mjs (apt-get install nodejs)")
+def test_the_node_scripts_judge_gives_the_harness_verdict_and_words_on_the_same_arrays(tmp_path):
+    """repro.mjs's judgement (harness.report.repro_node: worker.js's .npz reading and the row counts of
+    worker.rows_summary and verdicts.rows_summary, in verdicts' words) run by Node.js on the arrays a binding gives
+    it: for every condition it judges, the harness's verdict and the same sentence of what was measured."""
+    from harness.report import repro_node
+
+    predicates = [p for p in PREDICATES if all(c.kind in repro_node.JUDGED for c in verdicts.parse_predicate(p).conditions)]
+    assert {c for p in predicates for c in p.split(",")} >= {"nan-or-inf", "nan", "zero-rows", "max-abs>10",
+                                                             "headroom>0.5", "error", "crash"}
+    feeds = {"x": np.zeros((4, 2), np.float32)}
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    cases, want = [], []
+    for i, (case, outputs) in enumerate({**_cases(), **MORE_CASES}.items()):
+        np.savez(tmp_path / f"{i}.npz", **outputs)
+        cases.append({"outputs": str(tmp_path / f"{i}.npz"), "names": list(outputs),
+                      "conditions": [[[c.kind, c.bound] for c in verdicts.parse_predicate(p).conditions]
+                                     for p in predicates]})
+        record = {"status": "ran", "result": {
+            "outputs": [worker.output_stats(np, n, v) for n, v in outputs.items()],
+            "rows": worker.rows_summary(np, feeds, list(outputs), list(outputs.values()))}}
+        for p in predicates:
+            judged = verdicts.judge(record, verdicts.parse_predicate(p))
+            want.append((case, p, judged["verdict"], judged["why"]))
+    (tmp_path / "cases.json").write_text(json.dumps({"feeds": str(tmp_path / "feeds.npz"), "cases": cases}))
+    program = tmp_path / "judge.mjs"
+    program.write_text(repro_node.IMPORTS + repro_node.worker_source() + repro_node.JUDGE + """
+const ort = { Tensor: class { constructor(type, data, dims) { Object.assign(this, { type, data, dims }); } } };
+const asked = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
+const feeds = feedsOf(ort, fs.readFileSync(asked.feeds));
+console.log(JSON.stringify(asked.cases.flatMap((c) => {
+  const got = feedsOf(ort, fs.readFileSync(c.outputs));
+  return c.conditions.map((conditions) => judge(feeds, c.names.map((n) => got[n]), conditions));
+})));
+""")
+    out = subprocess.run(["node", str(program), str(tmp_path / "cases.json")], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert len(got) == len(want)
+    for (case, p, verdict, why), (js_verdict, js_why) in zip(want, got):
+        assert ({"good": "good", "bad": "bad", None: "error"}[js_verdict], js_why) == (verdict, why), (case, p)
+
+
 # -- real releases: the question travels ---------------------------------------------------------------------
 
 

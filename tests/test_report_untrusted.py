@@ -396,7 +396,7 @@ def test_a_hostile_cpu_or_python_in_a_record_stays_one_argument_of_the_suggested
 # A file name and a package name that, pasted unquoted, run `touch` three ways (a list, a substitution, backticks)
 SHELL_NAME = "m.onnx; touch PASTED-RAN $(touch PASTED-RAN2) `touch PASTED-RAN3` 'q\"&|<>*"
 SHELL_PACKAGE = "onnxruntime; touch PASTED-RAN4 #"
-STUBBED = ("python", "pip", "uv", "bisect")
+STUBBED = ("python", "pip", "uv", "bisect", "node", "npm")
 
 
 def _stub_path(scratch: Path) -> tuple[dict, Path]:
@@ -492,6 +492,117 @@ def test_the_dashboard_s_suggested_report_line_quotes_the_run_id(tmp_path):
     assert "\n" not in line and shlex.split(line, comments=True) == ["python", REPRO, "--full", "a\\x0ab; touch x"]
 
 
+# -- repro.mjs: a run of the node binding ---------------------------------------------------------------------
+
+NODE = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs repro.mjs (apt-get install nodejs)")
+
+
+def _as_node_run(run_dir: Path) -> Path:
+    """The run as `--binding node` makes it: its key and every record's provenance name onnxruntime-node and
+    Node.js (no Python), and the cache holds a listing of onnxruntime-node's releases (a report reads it)."""
+    from harness.releases import npm
+    from harness.releases.packages import Package
+
+    node = {"backend": "nodejs", "node_version": "20.0.0", "package": "onnxruntime-node", "ep": "cpu", "binding": "node"}
+    _edit_manifest(run_dir, lambda m: (m["key"].pop("python", None), m["key"].update(node)))
+    _edit_records(run_dir, lambda r: (r["provenance"].pop("python", None), r["provenance"].update(node)))
+    package = Package("onnxruntime-node")
+    npm.NpmIndex(run_dir.parent.parent / "cache", True, package)._write_cache(
+        npm.releases_of_versions(package.name, ["1.19.2", "1.20.0"]))
+    return run_dir
+
+
+def _js_data(script: str) -> tuple[dict, str]:
+    """(the document repro.mjs holds, read as JSON: all the evidence it has; the rest of its text, its code, with
+    its comment lines left out)."""
+    m = re.search(r"^const R = JSON\.parse\(String\.raw`\n(.*?)\n`\);$", script, re.M | re.S)
+    assert m, script[:2000]
+    code = script[:m.start()] + script[m.end():]
+    return json.loads(m.group(1)), "\n".join(ln for ln in code.splitlines() if not ln.startswith("// "))
+
+
+NODE_TAMPERINGS = {**{k: v for k, v in TAMPERINGS.items() if k != "key package name"},  # that one is no node run
+                   "record Node.js version": lambda run: _edit_records(
+                       run, lambda r: r["provenance"].update(node_version=PAYLOAD))}
+
+
+@NODE
+@pytest.mark.parametrize("where", sorted(NODE_TAMPERINGS))
+def test_a_hostile_string_in_the_evidence_is_data_in_repro_mjs(run_dir, tmp_path, where):
+    """repro.mjs holds the evidence as one JSON document that JSON.parse reads (never an object literal, whose
+    `__proto__` key would set a prototype), and comment lines: Node.js parses it, it runs nothing, and the value
+    is there as data."""
+    _as_node_run(run_dir)
+    NODE_TAMPERINGS[where](run_dir)
+    doc, md, _ = _report(run_dir)
+    script = (run_dir / "repro.mjs").read_text()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "repro.mjs").write_text(script)
+    assert subprocess.run(["node", "--check", "repro.mjs"], cwd=elsewhere, capture_output=True).returncode == 0
+    ran = subprocess.run(["node", "repro.mjs"], cwd=elsewhere, capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 2 and not (elsewhere / "pwned").exists(), ran.stdout + ran.stderr
+    stopped = "give the model: " if where == "model file name" else "onnxruntime-node is not installed here"
+    assert ran.stderr.startswith(stopped) and len(ran.stderr.strip().splitlines()) == 1, ran.stderr
+    data, code = _js_data(script)
+    assert "touch pwned" not in code and "\x1b" not in script
+    header = script.split("\nimport ")[0].splitlines()
+    assert all(ln.startswith("//") for ln in header), header  # no value began a line of code
+    assert "touch pwned" in json.dumps(data) + "\n".join(header)  # the value is there (else this proves nothing)
+    if where == "key output names":
+        assert data["full"]["outputs"] == [PAYLOAD, "y"]
+    if where == "key session options":  # only the options a run sets reach the session
+        assert data["session_options"] == {"intra_op_num_threads": PAYLOAD}
+    if where == "key provider options":
+        assert data["providers"] == [["CPUExecutionProvider", {PAYLOAD: PAYLOAD}]]
+    assert _fences(md)["js"] == script.rstrip() + "\n"  # the script inside report.md is the script, whole
+
+
+@NODE
+def test_a_proto_key_in_the_evidence_sets_no_prototype_of_repro_mjs_s_data(run_dir, tmp_path):
+    _as_node_run(run_dir)
+    _edit_manifest(run_dir, lambda m: m["key"].update(ep_options={"__proto__": {"polluted": "yes"}}))
+    _report(run_dir)
+    data, code = _js_data((run_dir / "repro.mjs").read_text())
+    probe = tmp_path / "probe.mjs"
+    probe.write_text(re.sub(r"\nmain\(process.argv.slice\(2\)\).*", "", (run_dir / "repro.mjs").read_text(), flags=re.S)
+                     + "\nconsole.log(JSON.stringify([({}).polluted ?? null, Object.getPrototypeOf(R.providers[0][1]) "
+                       "=== Object.prototype, Object.keys(R.providers[0][1])]));\n")
+    out = subprocess.run(["node", str(probe)], capture_output=True, text=True, timeout=60)
+    assert json.loads(out.stdout) == [None, True, ["__proto__"]], out.stderr
+
+
+@NODE
+def test_every_suggested_line_of_a_hostile_node_report_runs_nothing_and_keeps_each_value_one_argument(
+        run_dir, tmp_path):
+    """The npm and node lines, repro.py's on the wheel, the compare that asks core or binding, and repro.mjs's own
+    'give the model' line: each run by `sh` as a reader pastes it, every value one argument."""
+    _as_node_run(run_dir)
+    _edit_manifest(run_dir, lambda m: m["model"].update(path=f"/elsewhere/{SHELL_NAME}"))
+    doc, md, _ = _report(run_dir)
+    outside = md.split("<details>")[0]
+    lines = [ln for k, c in _fences(outside).items() if k.startswith("block") for ln in c.splitlines() if ln.strip()]
+    script = (run_dir / "repro.mjs").read_text()
+    lines += [ln.removeprefix("//").strip() for ln in script.split("\nimport ")[0].splitlines()
+              if ln.startswith("//     ")]
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    (where / "repro.mjs").write_text(script)
+    asked = subprocess.run(["node", "repro.mjs", "--full"], cwd=where, capture_output=True, text=True, timeout=60)
+    assert asked.returncode == 2, asked.stderr
+    lines += [ln.removeprefix("give the model: ") for ln in asked.stderr.splitlines() if "give the model" in ln]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    calls = _pasted(lines, scratch)
+    assert not list(scratch.glob("PASTED-RAN*")), sorted(p.name for p in scratch.iterdir())
+    assert len(calls) == len(lines), (lines, calls)
+    assert ["bisect", "compare", "onnxruntime:cpu", "onnxruntime-node:cpu", "--from", "1.19.2", "--to", "1.20.0",
+            "--model", SHELL_NAME, "--inputs", "batch.npz"] in calls, calls
+    assert ["node", str(where / "repro.mjs"), "--full", SHELL_NAME] in calls, calls
+    assert ["npm", "install", "--ignore-scripts", "onnxruntime-node@1.20.0"] in calls, calls
+    assert sum(c[:2] == ["node", "repro.mjs"] and c[-1] == SHELL_NAME for c in calls) == 2, calls  # report, header
+
+
 # -- with a release: the hostile script still judges ---------------------------------------------------------
 
 
@@ -506,6 +617,19 @@ def test_the_repro_of_a_tampered_run_judges_on_a_release_and_runs_nothing_else(r
     out = builders.run_script(fresh_python("1.20.0"), where / REPRO)
     assert not (where / "pwned").exists()
     assert out.returncode == 1 and out.stdout.startswith("onnxruntime 1.20.0, full model: bad"), out.stderr
+
+
+@NODE
+@pytest.mark.release
+def test_repro_mjs_of_a_tampered_run_judges_on_the_binding_and_runs_nothing_else(run_dir, tmp_path, cache_dir):
+    _as_node_run(run_dir)
+    for where in ("manifest model name", "record CPU model", "record Node.js version"):
+        NODE_TAMPERINGS[where](run_dir)
+    _report(run_dir)
+    prefix = builders.npm_prefix(cache_dir, "node", "1.20.0")
+    out = builders.run_node_repro(run_dir, prefix, tmp_path / "elsewhere")
+    assert not (tmp_path / "elsewhere" / "pwned").exists()
+    assert out.returncode == 1 and out.stdout.startswith("onnxruntime-node 1.20.0, full model: bad"), out.stderr
 
 
 # -- the helpers themselves ----------------------------------------------------------------------------------

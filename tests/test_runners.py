@@ -24,7 +24,7 @@ FOREIGN = "aarch64" if NATIVE == "x86_64" else "x86_64"
 
 def test_backends_and_provenance_keys_come_from_the_registry():
     assert runners.BACKENDS == ("auto", *runners.REGISTRY)
-    assert set(runners.REGISTRY) == {"uv", "qemu", "docker"}
+    assert set(runners.REGISTRY) == {"uv", "qemu", "docker", "nodejs"}
     assert runners.PROVENANCE_KEYS[:4] == ("arch", "backend", "cpu", "python")
     assert {"qemu", "image"} <= set(runners.PROVENANCE_KEYS)
 
@@ -37,7 +37,7 @@ def test_auto_runs_native_probes_natively():
 
 @pytest.mark.parametrize("backend, arch, cpu, message", [
     ("auto", "sparc", None, "--arch sparc: no backend runs sparc probes"),
-    ("podman", NATIVE, None, "--backend podman: unknown backend (choose from auto, uv, qemu, docker)"),
+    ("podman", NATIVE, None, "--backend podman: unknown backend (choose from auto, uv, qemu, docker, nodejs)"),
     ("uv", FOREIGN, None, f"--backend uv runs {NATIVE} probes, not {FOREIGN}"),
     ("auto", NATIVE, "neoverse-n1", f"--cpu neoverse-n1: {NATIVE} probes run on this host's own CPU"),
     ("uv", NATIVE, "neoverse-n1", f"--cpu neoverse-n1: --backend uv runs {NATIVE} probes on this host's own CPU"),

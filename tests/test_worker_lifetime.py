@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -51,6 +52,7 @@ def spinning(pid: int, harness: subprocess.Popen) -> None:
 
 
 QEMU = ("--arch", "aarch64", "--backend", "qemu")
+NODE = pytest.mark.skipif(shutil.which("node") is None, reason="Node.js runs the node and web bindings' worker")
 
 
 @pytest.mark.parametrize("command", [
@@ -59,7 +61,10 @@ QEMU = ("--arch", "aarch64", "--backend", "qemu")
     # under QEMU user mode the process the harness started is qemu-aarch64 running the worker: one process,
     # whose getppid() is the host's
     pytest.param(("sweep", "--from", "1.23.2", "--to", "1.23.2", *QEMU), marks=pytest.mark.qemu),
-], ids=["serving", "one-off", "serving-qemu"])
+    # harness/worker.js: its watchdog is a thread of its own, as onnxruntime-web runs a model on the main one
+    pytest.param(("sweep", "--from", "1.19.2", "--to", "1.19.2", "--binding", "node"), marks=NODE),
+    pytest.param(("sweep", "--from", "1.19.2", "--to", "1.19.2", "--binding", "web"), marks=NODE),
+], ids=["serving", "one-off", "serving-qemu", "serving-node", "serving-web"])
 def test_a_worker_spinning_in_run_dies_with_its_harness_killed_by_sigkill(cache_dir, tmp_path, command):
     model, batch = spin_files(tmp_path)
     argv = [sys.executable, "-m", "harness.cli", command[0], "--model", str(model), "--inputs", str(batch),
@@ -149,3 +154,26 @@ def test_every_request_a_worker_gets_carries_its_deadline(env, tmp_path):
     assert out.returncode == 0, out.stderr_tail
     sent = json.loads((tmp_path / "work" / "request.json").read_text())
     assert sent["deadline_s"] == 45.0 + DEADLINE_GRACE_S
+
+
+@NODE
+@pytest.mark.parametrize("binding", ["node", "web"])
+def test_a_javascript_worker_past_its_deadline_ends_while_the_harness_lives(cache_dir, tmp_path, binding):
+    """worker.js keeps the same deadline: its watchdog thread ends the process (by SIGKILL: onnxruntime-web holds
+    the main thread in run(), where nothing else can end it) with the reason on stderr, and writes no result."""
+    from harness.releases.versions import Release, Target
+    from harness.releases.packages import Package
+    from harness.runners import make_runner
+
+    runner = make_runner("auto", Target(os.uname().machine, "3.11"), cache_dir,
+                         package=Package(*{"node": ("onnxruntime-node", "cpu"), "web": ("onnxruntime-web", "wasm")}[binding]))
+    environment = runner.prepare(Release("1.19.2", ["onnxruntime-node-1.19.2.tgz" if binding == "node"
+                                                     else "onnxruntime-web-1.19.2.tgz"]))
+    argv, child_env = runner.worker_command(environment)
+    model, batch = spin_files(tmp_path)
+    t0 = time.monotonic()
+    one = subprocess.run([*argv, str(request(tmp_path, "one", model, batch, 3.0))], env=child_env,
+                         capture_output=True, text=True, timeout=120)
+    assert one.returncode == -signal.SIGKILL, one.stderr
+    assert "ran past its deadline" in one.stderr and time.monotonic() - t0 >= 3.0
+    assert not (tmp_path / "one.result.json").exists()

@@ -387,11 +387,19 @@ def blame_saved_run(run_dir: Path, cache_dir: Path, offline: bool = False, *, re
     from harness.session import asked_with_records, question_boundary
     from harness.summary import end_names
 
+    from harness.releases.packages import of_key
+
     run_dir = Path(run_dir)
     store = RunStore(run_dir)
+    package = of_key((store.manifest() or {}).get("key") or {})
+    if package.from_npm:
+        raise UsageError(f"{run_dir.name}: blame reads onnxruntime's session log and turns its transformers off by "
+                         f"name (disabled_optimizers), which {package.name}'s JavaScript API cannot: blame the pair "
+                         f"on the wheel (the same bisect run with --binding python), where bisect compare shows the "
+                         f"change is in the core")
     asked, records = asked_with_records(store, question, bad_if, "blame")
     q = asked.question
-    pair = question_boundary(records, release_listing(cache_dir, offline), q).pair
+    pair = question_boundary(records, release_listing(cache_dir, offline, package), q).pair
     if pair is None:
         ends = " and ".join(name.replace("_", " ") for name in end_names(q.mode))
         raise UsageError(f"{run_dir.name}: its probes show no {ends} release to blame under {asked.said}")

@@ -15,6 +15,8 @@ from rich.markup import escape
 
 from harness.errors import Terminated
 from harness.vocabulary import (
+    BINDINGS,
+    DEFAULT_BINDING,
     DEFAULT_EP,
     DEFAULT_PACKAGE,
     DEFAULT_RESULTS_DIR,
@@ -155,11 +157,15 @@ source_options = compose(
     click.option("--pre", is_flag=True, help="List pre-releases and development builds (1.25.0.devN) too."),
 )
 package_options = compose(
-    click.option("--package", default=DEFAULT_PACKAGE, show_default=True,
-                 help="The onnxruntime package to install: onnxruntime, onnxruntime-openvino, onnxruntime-gpu."),
-    click.option("--ep", default=DEFAULT_EP, show_default=True,
-                 help="Execution provider the model must run on: cpu, openvino, cuda. A probe that falls back to "
-                      "another provider is a skip."),
+    click.option("--binding", type=click.Choice(list(BINDINGS)), default=DEFAULT_BINDING, show_default=True,
+                 help="The API the model's users call: python (the wheels, installed by uv), node (onnxruntime-node "
+                      "from npm, run by Node.js) or web (onnxruntime-web's WebAssembly from npm, run by Node.js)."),
+    click.option("--package", default=None, show_default=DEFAULT_PACKAGE,
+                 help="The onnxruntime package to install: onnxruntime, onnxruntime-openvino, onnxruntime-gpu "
+                      "(--binding python); the binding's own otherwise."),
+    click.option("--ep", default=None, show_default=DEFAULT_EP,
+                 help="Execution provider the model must run on: cpu, openvino, cuda (wasm for --binding web). A "
+                      "probe that falls back to another provider is a skip."),
     source_options,
 )
 arch_options = compose(
@@ -292,7 +298,7 @@ def on_reduced(opts: dict) -> tuple[dict, str | None]:
         outputs = tuple(doc["model"].get("outputs") or ())
     opts = {**opts, "model": model, "inputs": store.dir / doc["inputs"]["file"],
             "outputs": outputs, "arch": key["arch"], "backend": key["backend"], "cpu": key.get("cpu"),
-            "python": key["python"], **_package_opts(key), **_question_opts(opts, doc, store.dir)}
+            "python": key.get("python"), **_package_opts(key), **_question_opts(opts, doc, store.dir)}
     note = (f"on the reduced repro of {run_dir.name}: {doc['nodes']['after']} of {doc['nodes']['before']} nodes, "
             f"{doc['rows']['after']} of {doc['rows']['before']} rows ({doc['pair'][0]} good, {doc['pair'][1]} bad)")
     return opts, note
@@ -341,8 +347,15 @@ def package_of(opts: dict, name: str | None = None, ep: str | None = None):
     """The Package the options name (`name` and `ep` given: a PACKAGE:EP pair of `bisect compare`)."""
     from harness.releases.packages import Package
 
+    from harness.errors import UsageError
+
     links = tuple(link if "://" in link else str(Path(link).expanduser().resolve()) for link in opts.get("find_links") or ())
-    return Package(name=name or opts.get("package") or DEFAULT_PACKAGE, ep=ep or opts.get("ep") or DEFAULT_EP,
+    binding = opts.get("binding") or DEFAULT_BINDING
+    own, own_ep = BINDINGS[binding]
+    if name is None and binding != DEFAULT_BINDING and opts.get("package") not in (None, own):
+        raise UsageError(f"--package {opts['package']}: a wheel of the python binding; --binding {binding} installs "
+                         f"{own} from npm")
+    return Package(name=name or opts.get("package") or own, ep=ep or opts.get("ep") or own_ep,
                    ep_options=tuple(sorted(dict(opts.get("ep_options") or ()).items())),
                    index_urls=tuple(u.rstrip("/") for u in opts.get("index_urls") or ()), find_links=links,
                    pre=bool(opts.get("pre")))

@@ -53,7 +53,9 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_prob
     if not run or not (run_dir / MANIFEST).exists():
         raise UsageError(f"{run}: no run there (give a results/<run-id> directory or a run id in --results-dir)")
     manifest = read_manifest(run_dir)  # a damaged manifest is refused in one line
-    lacking = [f"{part}.{k}" for part, keys in (("key", ("arch", "backend", "python")), ("model", ("name", "path")),
+    # a run of the node or web binding has no Python of its own (harness.releases.packages.Package.binding)
+    python = () if isinstance(manifest.get("key"), dict) and manifest["key"].get("binding") else ("python",)
+    lacking = [f"{part}.{k}" for part, keys in (("key", ("arch", "backend", *python)), ("model", ("name", "path")),
                                                 ("batch", ("path",)))
                for k in keys if not isinstance(manifest.get(part), dict) or k not in manifest[part]]
     if lacking:
@@ -75,5 +77,8 @@ def command(run, results_dir, cache_dir, offline, question, bad_if, fmt, no_prob
     err.print(f"answering {escape(doc['question']['said'])}")
     saved = upstream.save(run_dir, doc)
     click.echo(json.dumps(doc, indent=1) if fmt == "json" else upstream.markdown(doc))
-    err.print(f"repro script: {saved.parent / doc['repro']['file']}; report: {saved}")
+    js = doc["repro"].get("js")  # a run of the node or web binding: its own repro, and repro.py on the wheel
+    err.print(f"repro script: {saved.parent / js['file']} ({escape(doc['binding']['package'])}), "
+              f"{saved.parent / doc['repro']['file']} (the Python wheel); report: {saved}" if js else
+              f"repro script: {saved.parent / doc['repro']['file']}; report: {saved}")
     return 0

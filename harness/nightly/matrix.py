@@ -41,6 +41,7 @@ machine that reads the same file (the nightly CI job matrix relies on it).
     cpus = ["neoverse-n1", "cortex-a72"]  # optional: one cell per CPU model
 
     [[providers]]                         # optional: one cell per entry (default: onnxruntime on the CPU provider)
+    # binding = "node"                    # optional, as --binding: python | node | web (npm's packages)
     package = "onnxruntime-openvino"      # as --package: onnxruntime | onnxruntime-openvino | onnxruntime-gpu
     ep = "openvino"                       # as --ep (cpu, openvino, cuda) or onnxruntime's OpenVINOExecutionProvider
     ep_options = { device_type = "CPU" }  # optional, as --ep-option KEY=VALUE (not for the CPU provider)
@@ -86,6 +87,8 @@ from harness.releases.credentials import redact
 from harness.releases.packages import Package
 from harness.runners import AUTO, BACKENDS, check_target
 from harness.vocabulary import (
+    BINDINGS,
+    DEFAULT_BINDING,
     DEFAULT_EP,
     DEFAULT_PACKAGE,
     EXEC_MODES,
@@ -98,7 +101,7 @@ TOP_KEYS = {"description", "mode", "releases", "timeout", "time_budget", "python
             *QUESTION_KEYS}
 MODEL_KEYS = {"name", "path", "inputs", "outputs", *QUESTION_KEYS}
 TARGET_KEYS = {"arch", "backend", "cpu", "cpus"}
-PROVIDER_KEYS = {"package", "ep", "ep_options", "name", "releases", "index_url", "find_links", "pre"}
+PROVIDER_KEYS = {"binding", "package", "ep", "ep_options", "name", "releases", "index_url", "find_links", "pre"}
 RANGE_KEYS = {"since", "from", "to"}
 OPTION_KEYS = {"graph_optimization_level", "intra_op_num_threads", "inter_op_num_threads", "execution_mode"}
 MODES = ("bisect", "sweep")
@@ -392,19 +395,26 @@ def _providers(path: Path, entries) -> list[tuple[Package, str | None, dict | No
         return [(Package(), None, None)]
     out = []
     for where, entry in _tables(path, entries, "providers", PROVIDER_KEYS, " (package, ep, ep_options)"):
-        for k in ("package", "ep", "name"):
+        for k in ("binding", "package", "ep", "name"):
             if k in entry and (not isinstance(entry[k], str) or not entry[k].strip()):
                 _fail(path, f"{where}: {k} {entry[k]!r}: expected a name such as \"onnxruntime-openvino\"")
+        binding = entry.get("binding", DEFAULT_BINDING).strip()
+        if binding not in BINDINGS:
+            _fail(path, f"{where}: binding {binding!r}: expected one of {', '.join(BINDINGS)}")
+        own_package, own_ep = BINDINGS[binding]
+        if binding != DEFAULT_BINDING and entry.get("package", own_package).strip() != own_package:
+            _fail(path, f"{where}: package {entry['package']!r} is a wheel of the python binding; binding "
+                        f"{binding!r} installs {own_package} from npm")
         opts = entry.get("ep_options", {})
         if not isinstance(opts, dict):
             _fail(path, f"{where}: ep_options must be a table, e.g. ep_options = {{ device_type = \"CPU\" }}")
         for k, v in opts.items():  # --ep-option KEY=VALUE: a value is text (a whole number is written as one)
             if isinstance(v, bool) or not isinstance(v, (str, int)) or not str(v).strip():
                 _fail(path, f"{where}: ep_options.{k} = {v!r}: give the value as a string, e.g. device_type = \"CPU\"")
-        ep = entry.get("ep", DEFAULT_EP).strip()
+        ep = entry.get("ep", own_ep).strip()
         if "pre" in entry and not isinstance(entry["pre"], bool):
             _fail(path, f"{where}: pre {entry['pre']!r}: expected true or false (as --pre)")
-        pkg = Package(name=entry.get("package", DEFAULT_PACKAGE).strip(), ep=EP_WORDS.get(ep, ep),
+        pkg = Package(name=entry.get("package", own_package).strip(), ep=EP_WORDS.get(ep, ep),
                       ep_options=tuple(sorted((k, str(v).strip()) for k, v in opts.items())),
                       index_urls=tuple(u.rstrip("/") for u in _strings(path, where, entry, "index_url")),
                       find_links=tuple(link if "://" in link else str((path.parent / Path(link).expanduser()).resolve())

@@ -25,11 +25,13 @@ from dataclasses import dataclass
 
 from harness.releases.credentials import redact, uv_sources
 from harness.vocabulary import (
+    DEFAULT_BINDING,
     DEFAULT_EP,
     DEFAULT_PACKAGE,
     EP_EXTRAS,
     PACKAGES,
     PROVIDERS,
+    binding_of,
 )
 
 #: numpy for the worker, a range every release supports: each from 1.19 asks numpy>=1.21.6 and imports with
@@ -52,6 +54,15 @@ class Package:
     def provider(self) -> str:
         """onnxruntime's name of the execution provider asked for (CPUExecutionProvider...)."""
         return PROVIDERS[self.ep]
+
+    @property
+    def binding(self) -> str:
+        """The API the package is called through: python (a wheel, installed by uv), node or web (npm)."""
+        return binding_of(self.name)
+
+    @property
+    def from_npm(self) -> bool:
+        return self.binding != DEFAULT_BINDING
 
     @property
     def sources(self) -> tuple[str, ...]:
@@ -112,6 +123,8 @@ class Package:
     def provenance(self) -> dict:
         """What a probe records of the package, always."""
         doc = {"package": self.name, "ep": self.ep}
+        if self.from_npm:
+            doc["binding"] = self.binding
         if self.ep_options:
             doc["ep_options"] = dict(self.ep_options)
         if self.index_urls:
@@ -129,7 +142,7 @@ class Package:
 
 
 #: the run-key / provenance keys a Package adds (after the runner's own)
-KEYS = ("package", "ep", "ep_options", "index_urls", "find_links")
+KEYS = ("package", "ep", "binding", "ep_options", "index_urls", "find_links")
 
 
 def of_key(key: dict, pre: bool = False) -> Package:

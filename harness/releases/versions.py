@@ -44,6 +44,7 @@ from harness.releases.uvtool import uv
 PACKAGE = "onnxruntime"  # the default package's name, as a word in messages
 SIMPLE_JSON = "application/vnd.pypi.simple.v1+json"
 LISTING_MAX_AGE_S = 6 * 3600
+NPM_ARCHS = ("x86_64", "aarch64")  # the Linux archs an onnxruntime-node archive has a native library for
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,13 @@ class Release:
         return Version(self.version).is_prerelease  # development builds (1.25.0.dev1) included
 
     def wheel_for(self, target: Target) -> str | None:
+        """The file of this release that installs for `target`: a wheel of its platform and Python, or an npm
+        archive (harness.releases.npm), which carries the native library of every Linux arch it serves."""
         for name in self.wheels:
+            if name.endswith(".tgz"):
+                if target.arch in NPM_ARCHS:
+                    return name
+                continue
             try:
                 _, _, _, tags = parse_wheel_filename(name)
             except InvalidWheelFilename:
@@ -200,6 +207,14 @@ class ReleaseIndex:
     def _fetch(self) -> dict:
         return fetch_project(configured_index_url(self.uv_bin), self.package.name)
 
+    def _listing(self) -> list[Release]:
+        """The index's releases of the package, fetched now (IndexUnavailable when it cannot be read)."""
+        return releases_from_simple_json(self._fetch(), pre=self.package.pre)
+
+    def where(self) -> str:
+        """Where the listing comes from, as an error says it."""
+        return "the package index"
+
     def releases(self, refresh: bool = False) -> list[Release]:
         """The listing: the index's (cached while fresh, else fetched; `offline` never fetches) and the sources'."""
         pre = self.package.pre
@@ -219,13 +234,13 @@ class ReleaseIndex:
         if cached is not None and fresh and not refresh:
             return [Release(**r) for r in cached["releases"]]
         try:
-            releases = releases_from_simple_json(self._fetch(), pre=self.package.pre)
+            releases = self._listing()
         except (IndexUnavailable, EnvironmentSkip, OSError) as exc:
             if cached is not None:  # no network: fall back to the last listing we saw
                 return [Release(**r) for r in cached["releases"]]
             # uv failing, the configured index unreachable: the tool's environment, not the request (exit 1)
             why = redact((str(exc).strip().splitlines() or [type(exc).__name__])[0])
-            raise HarnessError(f"cannot list {name} releases from the package index: {why}") from None
+            raise HarnessError(f"cannot list {name} releases from {self.where()}: {why}") from None
         self._write_cache(releases)
         return releases
 

@@ -10,6 +10,9 @@ documents) may come from another machine and is data, never markup or code:
   no line of its content can close;
 * `py_literal`, `py_docstring`: a value as a Python literal (repr() of plain JSON
   data, nothing else), and text that cannot end the docstring it sits in;
+* `js_json`: a value as JSON text that can sit inside a JavaScript String.raw template
+  (no backtick, no `${`) for JSON.parse: never an object literal, whose `__proto__` key
+  would set a prototype;
 * `sh_line`: a command a reader is told to paste into a shell, each value one
   quoted word (shlex.quote), on one line.
 
@@ -19,6 +22,7 @@ The terminal renderer adds rich's markup escape on top of `printable`
 
 from __future__ import annotations
 
+import json
 import math
 import re
 import shlex
@@ -147,3 +151,12 @@ def py_docstring(text) -> str:
     """`text` for the inside of a triple-quoted docstring: one printable line whose backslashes and quotes are
     escaped, so it can neither end the string nor hold an escape sequence."""
     return printable(text).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def js_json(value, indent: int | None = None) -> str:
+    """Plain data (as `py_literal` takes) as JSON text for JSON.parse(String.raw`...`) in generated JavaScript:
+    ASCII only (no line separator ends a line inside it), and the characters that would end or interpolate the
+    template (a backtick, `$`) written as JSON's own \\u escapes, which only strings can hold."""
+    _check_data(value)
+    text = json.dumps(value, ensure_ascii=True, allow_nan=False, indent=indent)
+    return text.replace("`", "\\u0060").replace("$", "\\u0024")

@@ -4,7 +4,7 @@ The run's question (its predicate, and the reference values it compared with) an
 batch named by the manifest when their digests are the run key's, a reduction's files when they are plain
 files of its own reduced/ directory, a reference's values when they are the run's. What would make the
 script too long for a paste-ready report goes into one attachment beside it (REPRO_BATCH). The script's
-text is harness.report.repro's.
+text is harness.report.repro's; a node or web run's repro.mjs, holding the same parts, harness.report.repro_node's.
 
 The evidence may come from another machine: a file is embedded only when it is the run's, else the
 script and the report say in one line why it is not.
@@ -22,9 +22,10 @@ from harness.models import inputs as inputs_mod
 from harness.models import registry as models
 from harness.releases import packages
 from harness.report import repro as repro_mod
+from harness.report import repro_node
 from harness.report.repro import SCRIPT
 from harness.results.evidence import RUN_ID_RE
-from harness.results.store import REPRO_BATCH, RunStore
+from harness.results.store import REPRO_BATCH, REPRO_JS, RunStore
 from harness.verdicts import Predicate
 
 
@@ -209,31 +210,41 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
     full["reference"] = reference if predicate.needs_reference else None
     full["notes"] += notes + ([reduced_note] if reduced_note else [])
     package = packages.of_key(key)
-    title = f"{manifest['model']['name']} on {package.name} ({package.provider})"
+    # a run of the node or web binding: repro.mjs runs its binding; repro.py the same model on the Python wheel of
+    # the same release
+    wheel = packages.Package() if package.from_npm else package
+    name = manifest["model"]["name"]
+    title = f"{name} on {wheel.name} ({wheel.provider})" + (
+        f", the Python wheel of the release the run probed on {package.name} ({REPRO_JS} runs that binding)"
+        if package.from_npm else "")
     blobs = repro_mod.parts(reduced, full)
 
-    def make(attached: list[str]) -> tuple[str, bytes | None, dict | None]:
+    def make(attached: list[str]) -> tuple[str, str | None, bytes | None, dict | None]:
         data = repro_mod.attachment({k: blobs[k] for k in attached}) if attached else None
         info = {"file": REPRO_BATCH, "sha256": hashlib.sha256(data).hexdigest(), "parts": list(attached)} if data else None
+        options = key.get("session_options") or {}
         try:
             text = repro_mod.script(title=title, predicate=predicate, bad_means=predicate.words(reference_label),
-                                    requirement=package.requirement("VERSION"),
-                                    providers=package.providers_request(),
-                                    session_options=key.get("session_options") or {},
+                                    requirement=wheel.requirement("VERSION"),
+                                    providers=wheel.providers_request(), session_options=options,
                                     where=where, reduced=reduced, full=full, attached=info)
+            js = repro_node.script(title=f"{name} on {package.name} ({package.provider})", package=package,
+                                   predicate=predicate, bad_means=predicate.words(reference_label),
+                                   session_options=options, where=where, reduced=reduced, full=full, blobs=blobs,
+                                   attached=info) if package.from_npm else None
         except ValueError as exc:  # a value of the evidence that is no plain data (NaN) has no literal
             raise HarnessError(f"{store.dir}: no repro script: the run's evidence holds {exc}") from None
-        return text, data, info
+        return text, js, data, info
 
     # what does not fit goes out: the arrays into the attachment (largest first), then the full model (it is the
     # user's own file: given by path), then the reduced model into the attachment
     # a part over the embed limit is attached from the start, and a model with its data files goes there whole
     over += ["full_model", *(k for k in blobs if k.startswith("full_data_"))] if full["attached"] else []
     attached: list[str] = [p for p in over if p in blobs]
-    script, data, info = make(attached)
+    script, js, data, info = make(attached)
     arrays = sorted((k for k in repro_mod.ARRAY_PARTS if k in blobs), key=lambda k: -len(blobs[k]))
     for move in [*arrays, "full_model", "reduced_model"]:
-        if len(script) <= SCRIPT_LIMIT:
+        if max(len(script), len(js or "")) <= SCRIPT_LIMIT:
             break
         if move == "full_model":
             if full["model"] is None or move in attached:
@@ -248,14 +259,19 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
             attached.append(move)
         else:
             continue
-        script, data, info = make(attached)
+        script, js, data, info = make(attached)
     out = into or store
     out.save_file(SCRIPT, script)
+    if js is not None:
+        out.save_file(REPRO_JS, js)
+    else:
+        out.remove_file(REPRO_JS)
     if data is not None:
         out.save_file(REPRO_BATCH, data)
     else:
         out.remove_file(REPRO_BATCH)  # an attachment of an earlier report is not this script's
     model_in = REPRO_BATCH if "full_model" in attached else SCRIPT if full["model"] is not None else None
+    asked, js_note = repro_node.judged(predicate) if js is not None else (None, None)
     return {"file": SCRIPT, "model_embedded": model_in == SCRIPT, "model_attached": model_in == REPRO_BATCH,
             "model_file": full["file"], "model_files": full["files"],
             "model_sha256": full["sha256"], "hub": full["hub"], "notes": full["notes"],
@@ -263,20 +279,24 @@ def write_repro(store: RunStore, manifest: dict, key: dict, predicate: Predicate
                         "model_is_full": reduced["model"] is None} if reduced else None,
             "predicate": str(predicate), "reference": reference is not None and predicate.needs_reference,
             "reduced_reference": bool(reduced and reduced.get("reference") is not None),
-            "files": _where(blobs, attached, reduced, full, manifest), "script": script,
-            "attached": info and {**info, "bytes": len(data)}}
+            "files": _where(blobs, attached, reduced, full, manifest, f"{REPRO_JS}, {SCRIPT}" if js else SCRIPT),
+            "script": script, "attached": info and {**info, "bytes": len(data)},
+            "js": {"file": REPRO_JS, "script": js, "predicate": str(asked) if asked else None, "note": js_note}
+            if js is not None else None}
 
 
-def _where(blobs: dict[str, bytes], attached: list[str], reduced: dict | None, full: dict, manifest: dict) -> list[dict]:
+def _where(blobs: dict[str, bytes], attached: list[str], reduced: dict | None, full: dict, manifest: dict,
+           scripts: str = SCRIPT) -> list[dict]:
     """What is where: each file the repro needs (its name, size and sha256; a reduction's by its path under the
-    results directory), and whether it is embedded in the script, in the attachment, or for the reader to give
-    (the model's data files beside it)."""
+    results directory), and whether it is embedded in the scripts (`scripts`: their names), in the attachment, or
+    for the reader to give (the model's data files beside it)."""
     rows = []
     for part, src in ((reduced or {}).get("sources") or {}).items():
-        rows.append({"part": part, **src, "where": REPRO_BATCH if part in attached else SCRIPT if part in blobs else None})
+        here = SCRIPT if part == "reduced_reference" else scripts  # repro.mjs compares with no reference
+        rows.append({"part": part, **src, "where": REPRO_BATCH if part in attached else here if part in blobs else None})
     for i, f in enumerate(full.get("files") or ()):
         part = f"full_data_{i - 1}" if f["data"] else "full_model"
-        where = REPRO_BATCH if part in attached else SCRIPT if part in blobs else "the hub (--full fetches it)" \
+        where = REPRO_BATCH if part in attached else scripts if part in blobs else "the hub (--full fetches it)" \
             if full.get("hub") else f"not in the report: attach it beside {full['file']}" if f["data"] else \
             "not in the report: attach it"
         rows.append({"part": part, "file": f["file"], "bytes": f["bytes"], "sha256": f["sha256"], "where": where})
@@ -284,5 +304,5 @@ def _where(blobs: dict[str, bytes], attached: list[str], reduced: dict | None, f
         if part in blobs:
             rows.append({"part": part, "file": name, "bytes": len(blobs[part]),
                          "sha256": hashlib.sha256(blobs[part]).hexdigest(),
-                         "where": REPRO_BATCH if part in attached else SCRIPT})
+                         "where": REPRO_BATCH if part in attached else scripts if part == "full_inputs" else SCRIPT})
     return rows

@@ -7,8 +7,12 @@ a diff of the boundary pair when --explain did not run, a probe of the newest
 release when the run did not reach it (appended to the run's probes.jsonl like
 any probe). The repro script (results/<run>/repro.py, harness.report.repro_files)
 needs only onnxruntime and numpy and asks the run's question; it exits 0 when
-good, 1 when bad. The Markdown stays under REPORT_LIMIT characters: what does
-not fit is attached beside it, and the report says what to attach.
+good, 1 when bad. A run of the node or web binding has repro.mjs too, run by
+Node.js on that binding (harness.report.repro_node), and repro.py then runs the
+Python wheel of the same release; its report asks whether the change is in the
+core or in the binding (`bisect compare`), and says the answer of one made. The
+Markdown stays under REPORT_LIMIT characters: what does not fit is attached
+beside it, and the report says what to attach.
 
 The evidence may come from another machine: a file is embedded only when it is
 the run's (harness.report.repro_files), every value reaches the script as data
@@ -24,6 +28,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from harness.errors import UsageError
 from harness.metrics import ratio_text
 from harness.releases import packages
 from harness.releases.versions import parse_version
@@ -34,6 +39,7 @@ from harness.results.store import (
     EXPLANATION,
     REPORT,
     REPRO_BATCH,
+    REPRO_JS,
     RunStore,
 )
 from harness.summary import Pair, build_of, compare_url, end_names
@@ -91,9 +97,14 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     spec = spec_of_run(run_dir, cache_dir, offline, probed[0], probed[-1], q if probe else None)
     from harness.releases.versions import Target
 
-    all_releases = release_listing(cache_dir, offline)
+    try:
+        all_releases = release_listing(cache_dir, offline, packages.of_key(key))
+    except UsageError:  # offline, and no listing of this run's package here (a run made elsewhere): onnxruntime's
+        if packages.of_key(key).from_npm:
+            raise
+        all_releases = release_listing(cache_dir, offline)
 
-    target = Target(key["arch"], key["python"])
+    target = Target(key["arch"], key.get("python") or "")
     installable = [r for r in all_releases if r.wheel_for(target)]
     newest = installable[-1].version if installable else probed[-1]
     plan = None
@@ -147,7 +158,7 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     # options matrices and mitigation of the same model, batch and target
     from harness.triage.options import find_summaries
 
-    match = {k: key.get(k) for k in ("model", "batch", "outputs", "arch", "backend", "cpu", "python")}
+    match = {k: key.get(k) for k in ("model", "batch", "outputs", "arch", "backend", "cpu", "python", *PACKAGE_KEYS)}
     options = find_summaries(run_dir.parent, "options", match)
     repeats = find_summaries(run_dir.parent, "repeat", match)
     mitigation = store.document(MITIGATION)
@@ -206,7 +217,77 @@ def build(run_dir: Path, *, cache_dir: Path, offline: bool = False, probe: bool 
     doc["blame"] = blame_of(store, pair.good, pair.bad) if pair else None
     doc["repro"] = repro
     doc["repro_where"] = where
+    doc["binding"] = binding_of_run(run_dir, manifest, pair, everything, all_releases)
     return doc
+
+
+#: what a run's key holds of its package (nothing for the default wheel): runs beside it of another package are
+#: another question (core or binding), never another target or the same run with other options
+PACKAGE_KEYS = packages.KEYS
+
+BINDING_WORDS = {"node": "the Node.js binding", "web": "onnxruntime's WebAssembly build"}  # both run by Node.js
+
+
+def binding_of_run(run_dir: Path, manifest: dict, pair: Pair | None, recs: dict[str, dict], listing: list) -> dict | None:
+    """A run of the node or web binding (harness.releases.packages.Package.binding): its package, the npm spelling of
+    the releases the report names, the Node.js version, the `bisect compare` that asks whether the boundary is in
+    onnxruntime's core or in the binding, and its answer when a compare over the pair is in the results directory
+    already. None for a run of the wheels."""
+    from harness.releases.npm import npm_version
+
+    key = manifest["key"]
+    package = packages.of_key(key)
+    if not package.from_npm:
+        return None
+    spelled = {r.version: npm_version(r, package.name) for r in listing}
+    seen = next((r.get("provenance") or {} for r in recs.values() if (r.get("provenance") or {}).get("node_version")), {})
+    doc = {"name": package.binding, "words": BINDING_WORDS.get(package.binding, package.binding),
+           "package": package.name, "label": package.label, "node_version": seen.get("node_version"),
+           "npm": {v: spelled.get(v) or v for v in recs}, "compare": None}
+    if pair is None:
+        return doc
+    model = manifest["model"]
+    named = model.get("source") in ("generated", "hub")  # the registry's name, else the file the user gave
+    batch = Path(manifest["batch"]["path"])
+    own_batch = named and (batch.parent.name == "batches" or batch.parent == Path(model["path"]).parent)
+    words = ["bisect", "compare", packages.Package().label, package.label, "--from", pair.older, "--to", pair.newer,
+             "--model", model["name"] if named else Path(model["path"]).name,
+             *(() if own_batch else ("--inputs", batch.name)),
+             *(w for k, v in (key.get("session_options") or {}).items() if OPTION_WORDS.get(k, (0, None))[1]
+               for w in (OPTION_WORDS[k][1], str(v)))]
+    doc["compare"] = {"command": escape.sh_line(words), **(compared(run_dir, key, package, pair) or {})}
+    return doc
+
+
+def compared(run_dir: Path, key: dict, package, pair: Pair) -> dict | None:
+    """What a `bisect compare` of the Python wheel beside `package` in the results directory says of the pair: the
+    newest whose document (read as untrusted: results.store.read_compare_document) compares both releases of the
+    same model, batch, outputs and options, {"run_id", "in": core | binding, "sentence"}; None without one. The
+    origins are worked out again from its releases (harness.triage.compare.origins), never read from it."""
+    from harness.results.evidence import EvidenceError
+    from harness.results.store import COMPARE, read_compare_document
+    from harness.triage.compare import origin_sentence, origins
+
+    wheel = packages.Package().label
+    best = None
+    for other in sorted(Path(run_dir).parent.glob("*/")):
+        okey = (RunStore(other).manifest() or {}).get("key") or {}
+        if okey.get("triage") != COMPARE or any(okey.get(k) != key.get(k) for k in ("model", "batch", "outputs", "arch")) \
+                or (okey.get("session_options") or {}) != (key.get("session_options") or {}):
+            continue
+        try:
+            doc = read_compare_document(other).raw
+        except (OSError, EvidenceError):
+            continue
+        if doc["reference"]["label"] != wheel:
+            continue
+        for o in origins(doc):
+            if (o["pair"], o["after"], o["release"]) == (package.label, pair.older, pair.newer) and \
+                    (best is None or str(doc.get("generated")) >= best[0]):
+                sentence = origin_sentence({"reference": doc["reference"], "origins": [o]})
+                best = (str(doc.get("generated")), {"run_id": other.name, "in": o["in"],
+                                                    "sentence": sentence.removeprefix("Core or binding: ")})
+    return best[1] if best else None
 
 
 def blame_of(store: RunStore, good: str, bad: str) -> dict | None:
@@ -246,8 +327,8 @@ def other_targets(run_dir: Path, key: dict, version: str, question) -> list[dict
     found = []
     for other in sorted(Path(run_dir).parent.glob("*/")):
         okey = (RunStore(other).manifest() or {}).get("key") or {}
-        if other.name == Path(run_dir).name or (okey.get("model"), okey.get("batch")) != (key.get("model"), key.get("batch")):
-            continue
+        if other.name == Path(run_dir).name or any(okey.get(k) != key.get(k) for k in ("model", "batch", *PACKAGE_KEYS)):
+            continue  # another binding's run is the core-or-binding question's (binding_of_run), not a target's
         rec = judged_for(RunStore(other), question).get(version)
         if rec and rec["verdict"] in ("good", "bad") and okey.get("session_options") == key.get("session_options"):
             found.append({"arch": okey.get("arch"), "backend": okey.get("backend"), "cpu": okey.get("cpu"),
@@ -260,7 +341,7 @@ def with_default_options(run_dir: Path, key: dict, pair: Pair, question) -> dict
     onnxruntime's default session options: whether the defaults show what this run's options show."""
     from harness.session import judged_for
 
-    same = ("model", "batch", "outputs", "arch", "backend", "cpu", "python")
+    same = ("model", "batch", "outputs", "arch", "backend", "cpu", "python", *PACKAGE_KEYS)
     for other in sorted(Path(run_dir).parent.glob("*/")):
         okey = (RunStore(other).manifest() or {}).get("key") or {}
         if other.name == Path(run_dir).name or okey.get("session_options") or \
@@ -334,6 +415,7 @@ def environment(recs: dict[str, dict], key: dict, version: str, script: str = SC
         "fp16_flag": next((f for f in ("asimdhp", "avx512_fp16") if f in (cpu.get("flags") or [])), None),
         "python": res.get("python", "?"),
         "numpy": res.get("numpy", "?"),
+        "node_version": prov.get("node_version"),  # a run of the node or web binding (no Python, no numpy)
         "backend": ran["how"],
         "reproduce": ran["reproduce"],
         "execution_provider": packages.of_key(key).provider,
@@ -413,22 +495,42 @@ def model_needs(r: dict) -> list[str]:
 GITHUB_ATTACHMENT = 25 << 20  # bytes: the largest file a GitHub issue takes
 
 
+def core_or_binding(b: dict) -> list[str]:
+    """The question a binding's report leaves to `bisect compare`: is the change in onnxruntime's core (the wheel
+    changes too) or in the binding? The command that asks it, and the answer of one already made."""
+    t, code = escape.md_text, escape.md_code
+    c = b.get("compare")
+    if not c:
+        return []
+    L = ["### Core or binding", "", f"Whether the Python wheel changes at the same release ({t(b['package'])} "
+         "shares onnxruntime's core with it) tells a change in the core from one in the binding:", "",
+         *escape.md_fence(c["command"]), ""]
+    if c.get("sentence"):
+        L += [f"`bisect compare` (run {code(c['run_id'])}) answers it: {t(c['sentence'])}", ""]
+    return L
+
+
 def markdown(doc: dict) -> str:
-    """The report as Markdown, under REPORT_LIMIT characters: with repro.py inside it when that fits, else saying
-    to attach the script. Every value of the evidence (names, versions, reasons, messages) is escaped where it
-    lands (harness.report.escape): shown as it is, it makes no heading, link, HTML or table cell, and the
-    code fences are longer than any backtick run they hold."""
-    text = _markdown(doc, paste_script=True)
-    return text if len(text) < REPORT_LIMIT else _markdown(doc, paste_script=False)
+    """The report as Markdown, under REPORT_LIMIT characters: with its scripts inside it when they fit (a binding's
+    repro.mjs first, then repro.py), else saying to attach them. Every value of the evidence (names, versions,
+    reasons, messages) is escaped where it lands (harness.report.escape): shown as it is, it makes no heading,
+    link, HTML or table cell, and the code fences are longer than any backtick run they hold."""
+    scripts = [REPRO_JS, SCRIPT] if (doc["repro"].get("js") or {}).get("script") else [SCRIPT]
+    for n in range(len(scripts), 0, -1):
+        text = _markdown(doc, paste=scripts[:n])
+        if len(text) < REPORT_LIMIT:
+            return text
+    return _markdown(doc, paste=[])
 
 
-def _markdown(doc: dict, paste_script: bool) -> str:
+def _markdown(doc: dict, paste: list[str]) -> str:
     t, code, prose = escape.md_text, escape.md_code, escape.md_prose
     env = doc["environment"]
     pair = Pair(doc["good"], doc["bad"], doc["mode"]) if doc.get("bad") else None
     good, bad = (pair.good, pair.bad) if pair else (None, None)
     name = doc["model"]["name"]
     package = (env.get("requirement") or "onnxruntime").split("==")[0].split("[")[0]
+    b = doc.get("binding")  # a run of the node or web binding
     ep = env.get("execution_provider") or "CPUExecutionProvider"
     on = f"{env['arch']} CPU" if ep == "CPUExecutionProvider" else f"{env['arch']} {ep}"
     symptom = 'NaN/Inf rows' if doc['predicate'] == 'nan-or-inf' else t(doc['symptom'])
@@ -443,22 +545,28 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         title = f"{name}: {doc['symptom']} on {on} fixed in {package} {good} (last bad {bad})"
     else:
         title = f"{name}: {doc['symptom']} on {on} since {package} {bad} (last good {good})"
+    if b:
+        title += f", in {b['words']}"
     L = [f"## {t(title + off)}", ""]
     q = doc["question"]
     asked = f"question {code(q['key'])}: " if q.get("key") else "a question asked on the command line: "
     L += [f"This report answers {asked}bad when {t(q.get('bad_means') or doc['bad_means'])} "
           f"({code('--bad-if ' + q['predicate'])}), {t(q['mode'])} over {t(q['range'][0])}..{t(q['range'][1])}.", ""]
     L += ["### Describe the bug", ""]
+    # how the model ran: the wheel through its provider, or a binding (its package, in Node.js)
+    via, rel = ("through the CPU execution provider", "onnxruntime") if not b else (
+        f"with {code(b['package'])} ({t(b['words'])}) under Node.js {t(b['node_version'] or '?')} through {t(ep)}",
+        t(b["package"]))
     if pair:
         span = doc["releases_in_range"]
         bisected = (f"bisected over the releases {t(span[0])}..{t(span[-1])} with ortbisect, one fresh process per "
                     "probe")
         if pair.fix:
-            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} up to onnxruntime "
+            L.append(f"Running {code(name)} {via}{opts} gives {symptom} up to {rel} "
                      f"**{t(bad)}**, the last bad release; **{t(good)}** is the first good one: it is fixed there "
                      f"({bisected}).")
         else:
-            L.append(f"Running {code(name)} through the CPU execution provider{opts} gives {symptom} from onnxruntime "
+            L.append(f"Running {code(name)} {via}{opts} gives {symptom} from {rel} "
                      f"**{t(bad)}** on; **{t(good)}** is the last good release ({bisected}).")
         L.append(f"A release counts as bad when {t(doc['bad_means'])} ({code('--bad-if ' + doc['predicate'])}).")
         if doc["untested_between"]:
@@ -504,8 +612,9 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         c_old, c_new = (c[k] for k in ends)
         side = {good: "good", bad: "bad"}
         L += ["### Commit range", "", f"Built from {code(c_old)} ({t(pair.older)}, {side[pair.older]}) .. "
-              f"{code(c_new)} ({t(pair.newer)}, {side[pair.newer]}), as `onnxruntime.get_build_info()` reports "
-              "them: " + t(c["compare"] or ""), ""]
+              f"{code(c_new)} ({t(pair.newer)}, {side[pair.newer]}), as "
+              + ("each build's own binary names them" if b else "`onnxruntime.get_build_info()` reports them")
+              + ": " + t(c["compare"] or ""), ""]
     if doc["explanation"]:
         L += ["### What changed", "", prose(doc["explanation"]["text"]), ""]
         if doc["explanation"].get("suspect"):
@@ -513,10 +622,10 @@ def _markdown(doc: dict, paste_script: bool) -> str:
     if doc.get("profile"):
         L += profile_section(doc["profile"])
     if doc.get("blame"):
-        b = doc["blame"]
-        L += ["### Below the release", "", prose(b["text"]), ""]
-        if b["commits"]:
-            c = b["commits"]
+        bl = doc["blame"]
+        L += ["### Below the release", "", prose(bl["text"]), ""]
+        if bl["commits"]:
+            c = bl["commits"]
             L.append(f"Commits between the two builds that touch the source of what is named ({t(len(c['suspects']))} "
                      f"of {t(c['total'])}; suspects, not a verdict):")
             L += [f"- {code(x['sha'][:10])} {t(x['date'])} {t(x['subject'])}" for x in c["suspects"][:20]]
@@ -538,26 +647,34 @@ def _markdown(doc: dict, paste_script: bool) -> str:
               f"Patched model (nodes kept in fp32 with Cast in / Cast out): {code(m['patched_model'])}.", ""]
     r = doc["repro"]
     version = bad or (doc["probes"][-1]["version"] if doc["probes"] else doc["newest"]["version"])
+    if b:
+        L += core_or_binding(b)
     L += ["### To reproduce", "", f"Where: {t(doc['repro_where'])}", ""]
+    needs = (f"Only Node.js (18 or newer) and {code(b['package'])} are needed for `{REPRO_JS}`, which runs the model "
+             f"as the probes did; `{SCRIPT}` runs the same model on the Python wheel of the same release (onnxruntime "
+             "and numpy)") if b else "Only onnxruntime and numpy are needed"
+    scripts = f"`{REPRO_JS}` and `{SCRIPT}` hold" if b else f"`{SCRIPT}` holds"
     if r["reduced"]:
         red = r["reduced"]
         kept = (f"the full model's {t(red['of'])} nodes" if red.get("model_is_full") else
                 f"{t(red['nodes'])} of the model's {t(red['of'])} nodes (original node names kept)")
         judged = " and the values its first bad release was compared with," if r.get("reduced_reference") else ""
-        L.append(f"`{SCRIPT}` holds a reduced repro made by ortbisect: {kept} on {t(red['rows'])} row(s),{judged} "
-                 f"checked good on {t(red['pair'][0])} and bad on {t(red['pair'][1])} on the platform above. Only "
-                 "onnxruntime and numpy are needed:")
+        L.append(f"{scripts} a reduced repro made by ortbisect: {kept} on {t(red['rows'])} row(s),{judged} "
+                 f"checked good on {t(red['pair'][0])} and bad on {t(red['pair'][1])} on the platform above. "
+                 f"{needs}:")
     else:
         batch_in = next((f["where"] for f in r.get("files") or () if f.get("part") == "full_inputs"), None)
-        L.append("Only onnxruntime and numpy are needed" + (f"; `{SCRIPT}` embeds the batch (base64 .npz):"
-                                                            if batch_in == SCRIPT else ":"))
+        L.append(needs + (f"; {scripts.removesuffix(' hold').removesuffix(' holds')} embed"
+                          f"{'' if b else 's'} the batch (base64 .npz):" if batch_in and REPRO_BATCH not in batch_in
+                          else ":"))
     if r.get("attached"):
         a = r["attached"]
         held = [f["file"] for f in r.get("files") or () if f.get("where") == a["file"]] or \
             [p.replace("_", " ") for p in a["parts"]]
-        L += ["", f"Attach {code(a['file'])} ({a['bytes']:,} bytes, sha256 {code(a['sha256'])}) beside `{SCRIPT}`: "
+        beside = f"`{REPRO_JS}` and `{SCRIPT}`" if b else f"`{SCRIPT}`"
+        L += ["", f"Attach {code(a['file'])} ({a['bytes']:,} bytes, sha256 {code(a['sha256'])}) beside {beside}: "
               f"it holds {', '.join(map(code, held))}, too big to paste here."]
-    for note in r.get("notes") or ():
+    for note in [*(r.get("notes") or ()), *([r["js"]["note"]] if b and r["js"].get("note") else [])]:
         L += ["", f"Note: {t(note)}"]
     if r.get("files"):
         L += ["", "| file | bytes | sha256 | where |", "|---|---|---|---|"]
@@ -573,42 +690,79 @@ def _markdown(doc: dict, paste_script: bool) -> str:
         ["--full"], f"the full model, from {REPRO_BATCH}") if r.get("model_attached") else (
         ["--full"], "the full model, fetched from the hub by revision (pip install huggingface_hub)") if r["hub"] else (
         ["--full", r["model_file"]], f"the full model, attached to the issue ({sha})")
-    commands = [sh(["pip", "install", env.get("requirement") or f"onnxruntime=={version}", "numpy"])]
+    by_path = bool(r["reduced"]) and r["reduced"].get("model_is_full") and not r["model_embedded"] \
+        and not r.get("model_attached") and not r["hub"]
+    first, last = ("first", "last") if pair and pair.fix else ("last", "first")
+    if b and r["js"]["predicate"] is None:  # a slowdown: the note says repro.mjs gives no verdict
+        L += ["", f"The same model and batch on the Python wheel of the same release (`{SCRIPT}`):"]
+    elif b:  # the binding's own repro first, on the npm package the run probed
+        js, hub = r["js"], r["hub"]
+
+        def npm(v: str, comment: str = "") -> str:  # npm's own spelling of the release (releases.npm.npm_version)
+            return sh(["npm", "install", "--ignore-scripts", f"{b['package']}@{b['npm'].get(v) or v}"], comment, 32)
+
+        lines = [npm(version)]
+        if r["reduced"]:
+            lines.append(sh(["node", REPRO_JS, *([r["model_file"]] if by_path else [])], "the reduced batch on the full "
+                            "model" if by_path else "the reduced model", 32))
+        lines.append(sh(["node", REPRO_JS, "--full", hub["files"][0]], "the full model, downloaded from the hub "
+                        f"(repo {hub['repo_id']}, revision {hub['revision']})", 32) if hub and not r["model_embedded"]
+                     else sh(["node", REPRO_JS, *full_args], full_said, 32))
+        same = bool(good) and js["predicate"] == doc["predicate"]
+        if same:
+            lines.append(npm(good, f"{good}, the {first} good release: the same commands exit 0"))
+        L += ["", *escape.md_fence("\n".join(lines)), ""]
+        if same:
+            L += [f"`{REPRO_JS}` exits 1 (bad) on {t(bad)} and 0 (good) on {t(good)}; 2 when it cannot judge.", ""]
+        L += [f"The same model and batch on the Python wheel of the same release (`{SCRIPT}`"
+              + ("; whether the wheel shows it too is the core-or-binding question above" if b["compare"] else "")
+              + "):"]
+    wheel = packages.Package() if b else None
+    requirement = wheel.requirement(version) if b else env.get("requirement") or f"onnxruntime=={version}"
+    good_requirement = wheel.requirement(good) if b and good else doc["good_requirement"]
+    commands = [sh(["pip", "install", requirement, "numpy"])]
     if r["reduced"]:
-        by_path = r["reduced"].get("model_is_full") and not r["model_embedded"] and not r.get("model_attached") \
-            and not r["hub"]
         commands.append(sh(["python", SCRIPT, r["model_file"]], "the reduced batch on the full model", 32) if by_path
                         else sh(["python", SCRIPT], "the reduced model", 32))
     after, sides = [], []
     if timed and good:  # a slowdown is a comparison: the script times both releases in turn
         commands = [*commands[:1], sh(["python", "-m", "venv", "good"]) + " && "
-                    + sh(["good/bin/pip", "install", doc["good_requirement"], "numpy"])]
+                    + sh(["good/bin/pip", "install", good_requirement, "numpy"])]
         full = sh(["python", SCRIPT, "--baseline", "good/bin/python", *full_args],
                   f"timed against the good release, in turn; {full_said}", 32)
     else:
         full = sh(["python", SCRIPT, *full_args], full_said, 32)
-        if good and r["predicate"] == doc["predicate"]:  # the script asks the run's question: good on the other side
-            after = [sh(["pip", "install", doc["good_requirement"], "numpy"],
-                        f"{good}, the {'first' if pair.fix else 'last'} good release: the same commands exit 0", 32)]
+        # the script asks the run's question: good on the other side (on the wheel the run probed, not a binding's)
+        if good and r["predicate"] == doc["predicate"] and not b:
+            after = [sh(["pip", "install", good_requirement, "numpy"],
+                        f"{good}, the {first} good release: the same commands exit 0", 32)]
             sides = [f"`{SCRIPT}` exits 1 (bad) on {t(bad)} and 0 (good) on {t(good)}; 2 when it cannot judge.", ""]
     L += ["", *escape.md_fence("\n".join([*commands, full, *after])), "", *sides]
     if env.get("reproduce"):
         L += [f"On the platform where ortbisect saw it ({t(env['backend'])}):", "", *escape.md_fence(env["reproduce"]), ""]
-    if paste_script:
-        L += ["<details><summary>repro.py</summary>", "", *escape.md_fence(doc["repro"]["script"].rstrip(), "python"),
-              "", "</details>", ""]
-    else:
-        L += [f"Attach `{SCRIPT}` too ({len(doc['repro']['script']):,} characters, sha256 "
-              f"{code(hashlib.sha256(doc['repro']['script'].encode()).hexdigest())}): too long to paste here.", ""]
+    texts = {REPRO_JS: (r.get("js") or {}).get("script"), SCRIPT: r["script"]}
+    for name in [n for n in (REPRO_JS, SCRIPT) if texts[n]]:
+        if name in paste:
+            L += [f"<details><summary>{name}</summary>", "",
+                  *escape.md_fence(texts[name].rstrip(), "js" if name == REPRO_JS else "python"), "", "</details>", ""]
+        else:
+            L += [f"Attach `{name}` too ({len(texts[name]):,} characters, sha256 "
+                  f"{code(hashlib.sha256(texts[name].encode()).hexdigest())}): too long to paste here.", ""]
     L += ["### System information", "", "| | |", "|---|---|"]
+    ran = f"{good} (good), {bad} (bad)" if pair else "?"
+    if b:  # no Python and no numpy ran the probes: Node.js and the npm package did
+        spelled = f"{b['npm'].get(good) or good} (good), {b['npm'].get(bad) or bad} (bad)" if pair else "?"
+        runtime = [("Binding", f"{b['package']}, {b['words']}"), ("Node.js", b["node_version"] or "?"),
+                   (f"{b['package']} (npm)", spelled)]
+    else:
+        runtime = [("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", ran)]
     rows = [("OS", env["os"]), ("Architecture", env["arch"]), ("CPU model", env["cpu_model"]),
             ("CPU flags", " ".join(map(str, env["cpu_flags"])) or "?"),
-            ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"),
-            ("Python", env["python"]), ("numpy", env["numpy"]), ("onnxruntime", f"{good} (good), {bad} (bad)" if pair else "?"),
+            ("CPU fp16 arithmetic flag", env["fp16_flag"] or "none (neither asimdhp nor avx512_fp16)"), *runtime,
             ("Execution provider", env["execution_provider"]), ("How it ran", env["backend"]),
             ("Session options", json.dumps(doc["session_options"]) if doc["session_options"] else "defaults")]
     for k, v in rows:
-        L.append(f"| {k} | {t(v)} |")
+        L.append(f"| {t(k)} | {t(v)} |")
     if env.get("build_info"):
         L.append(f"| Build info ({t(env['seen_in'])}) | {t(env['build_info'])} |")
     if q.get("others"):

@@ -126,17 +126,19 @@ COMPARE_FIELDS: dict[str, tuple[type, ...]] = {  # harness.triage.compare.compar
     "$schema": (str,), "kind": (str,), "run_id": (str,), "model": (str,), "from": (str,), "to": (str,), "releases": (list,),
     "reference": (dict,), "pairs": (list,), "cosine_bound": _NUMBER, "change_threshold": _NUMBER,
     "provenance": (dict,), "probes": (dict,), "seconds": _NUMBER, "message": (str,), "generated": (str,),
+    "origins": (list,),  # core or binding (harness.triage.compare.origins)
 }
 COMPARE_PAIR_FIELDS: dict[str, tuple[type, ...]] = {  # a pair compared with the reference; the reference itself
     "label": (str,), "package": (str,), "ep": (str,), "run_id": (str,), "releases": (list,),
 }
 COMPARE_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {  # one release of a compared pair
     "release": (str,), "cosine": (*_NUMBER, _NONE), "max_abs_diff": (*_NUMBER, _NONE), "diverges": (bool, _NONE),
-    "why": (str,),
+    "why": (str,), "bad_rows": (int, _NONE), "outputs_sha256": (str, _NONE),
 }
 COMPARE_REFERENCE_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {  # one release of the reference pair
     "release": (str,), "status": (str, _NONE), "nan_rows": (int, _NONE), "rows": (int, _NONE),
-    "max_abs": (*_NUMBER, _NONE), "commit": (str, _NONE), "why": (str, _NONE),
+    "max_abs": (*_NUMBER, _NONE), "commit": (str, _NONE), "why": (str, _NONE), "bad_rows": (int, _NONE),
+    "outputs_sha256": (str, _NONE),
 }
 COMPARE_KIND = "compare-range"
 

@@ -86,6 +86,7 @@ PROBING = "probing"  # <version>[-<series>].lock: flock'd from a probe's look-up
 EXPLANATION = "explanation"
 REPORT = "report.md"  # the upstream report as `bisect report` last wrote it
 REPRO = "repro.py"  # the report's repro script
+REPRO_JS = "repro.mjs"  # the repro script of a run of the node or web binding, run by Node.js on that binding
 REPRO_BATCH = "repro-batch.zip"  # the parts too big for a report, beside the script: an .npz (a zip) named so GitHub takes it as an attachment
 OUTPUTS = "outputs"  # <version>[-<series>].npz: each probe's outputs
 CELLS = "cells"  # <cell-key>.json: the latest run document of each search over the run
@@ -98,7 +99,7 @@ QUESTIONS = "questions"  # questions/<key>/: the report files of a question the 
 WORK = "work"  # where earlier versions kept a probe's scratch space (probes now use the system's temp dir)
 SIDE_DIRS = (CELLS, TRACES)  # small JSON files kept next to probes.jsonl (copied by merge and the dashboard)
 # remade from the whole evidence (compare.json from its pairs' runs): merge keeps the newer copy (mtime)
-SIDE_FILES = (REPORT, REPRO, REPRO_BATCH, f"{COMPARE}.json", PROFILE)
+SIDE_FILES = (REPORT, REPRO, REPRO_JS, REPRO_BATCH, f"{COMPARE}.json", PROFILE)
 
 
 def read_manifest(run_dir: Path) -> dict:

@@ -19,6 +19,7 @@ from harness.releases.versions import Target
 from harness.runners.base import Check, Environment, Runner, native_arch
 from harness.runners.docker.pool import address_problem as engine_problem
 from harness.runners.docker.runner import DockerRunner
+from harness.runners.node import NodeRunner
 from harness.runners.provision import Log, quiet
 from harness.runners.qemu import QemuRunner
 from harness.runners.uv import UvRunner
@@ -32,7 +33,7 @@ from harness.runners.workers import (
 )
 
 #: every backend by name, in the order `auto` considers them
-REGISTRY: dict[str, type[Runner]] = {cls.backend: cls for cls in (UvRunner, QemuRunner, DockerRunner)}
+REGISTRY: dict[str, type[Runner]] = {cls.backend: cls for cls in (UvRunner, QemuRunner, DockerRunner, NodeRunner)}
 AUTO = "auto"
 BACKENDS = (AUTO, *REGISTRY)
 #: the provenance keys that tell targets apart (the common ones, then each backend's own, then the package's)
@@ -50,26 +51,32 @@ def _spell_backends(names: list[str], spell: Callable[[str, str], str]) -> str:
 
 
 def check_target(backend: str, arch: str, cpu: str | None = None,
-                 spell: Callable[[str, str], str] = flag) -> str:
-    """The backend that runs `arch` probes, on the emulated CPU model `cpu` if one is given.
+                 spell: Callable[[str, str], str] = flag, binding: str = "python") -> str:
+    """The backend that runs `arch` probes of `binding`, on the emulated CPU model `cpu` if one is given.
 
     The one place for "this backend does not serve that arch" and "--cpu is
     only for a backend that emulates": a UsageError blames only what the user
     typed, spelt by `spell(key, value)` (a flag by default; a matrix passes
     its own), never a backend that `auto` picked. Cheap: nothing is provisioned.
     """
-    serving = [n for n, c in REGISTRY.items() if c.serves(arch)]
+    of_binding = {n: c for n, c in REGISTRY.items() if binding in c.bindings}
+    serving = [n for n, c in of_binding.items() if c.serves(arch)]
+    words = "" if binding == "python" else f" of {spell('binding', binding)}"
     if backend == AUTO:
-        cls = next((c for c in REGISTRY.values() if c.auto and c.serves(arch)), None)
+        cls = next((c for c in of_binding.values() if c.auto and c.serves(arch)), None)
         if cls is None:
             if serving:
                 raise UsageError(f"{spell('arch', arch)}: {arch} probes need {_spell_backends(serving, spell)} here")
-            served = "; ".join(f"{n}: {', '.join(c.archs())}" for n, c in REGISTRY.items())
-            raise UsageError(f"{spell('arch', arch)}: no backend runs {arch} probes ({served})")
+            served = "; ".join(f"{n}: {', '.join(c.archs()) or 'none'}" for n, c in of_binding.items())
+            raise UsageError(f"{spell('arch', arch)}: no backend runs {arch} probes{words} here ({served})")
     else:
         cls = REGISTRY.get(backend)
         if cls is None:
             raise UsageError(f"{spell('backend', backend)}: unknown backend (choose from {', '.join(BACKENDS)})")
+        if binding not in cls.bindings:
+            them = " or ".join(spell("binding", b) for b in cls.bindings)
+            raise UsageError(f"{spell('backend', backend)} runs probes of {them}, not {spell('binding', binding)}"
+                             + (f" (it runs on {_spell_backends(list(of_binding), spell)})" if of_binding else ""))
         if not cls.serves(arch):
             hint = f"; for {arch} use {_spell_backends(serving, spell)}" if serving else ""
             raise UsageError(f"{spell('backend', backend)} runs {', '.join(cls.archs())} probes, not {arch}{hint}")
@@ -89,7 +96,7 @@ def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None =
                 package: Package | None = None, engines: tuple[str, ...] = ()) -> Runner:
     """A runner for `target` that installs `package` (default: onnxruntime) and runs probes on `engines` (addresses,
     where the backend takes them), checked but not provisioned: call its `provision` before the first probe."""
-    name = check_target(backend, target.arch, cpu)
+    name = check_target(backend, target.arch, cpu, binding=(package or Package()).binding)
     if len(engines) > 1:  # several machines are a cluster's work: one scheduler, with retries and placement
         raise UsageError(f"--docker-host {engines[1]}: probes run on one Docker engine; to spread them over "
                          f"several machines, make each a Ray node and give --ray-address (see README, On a cluster)")

@@ -78,6 +78,8 @@ class Runner(ABC):
     backend: ClassVar[str]
     #: whether --backend auto may pick it for an arch it serves (the first in registry order wins)
     auto: ClassVar[bool] = False
+    #: the bindings (harness.vocabulary.BINDINGS) whose probes it runs: the Python wheels, unless it says others
+    bindings: ClassVar[tuple[str, ...]] = ("python",)
     #: CPU models --cpu may name, where the backend emulates the arch
     cpus: ClassVar[tuple[str, ...]] = ()
     #: provenance keys every backend records, then the ones this backend adds

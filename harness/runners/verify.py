@@ -125,6 +125,36 @@ def _recorded(site: Path, dist: str) -> set[str]:
     return files
 
 
+def verify_tree(root: Path, sub: str, manifest: Path, memo_path: Path | None = None) -> str | None:
+    """Why the files under `root/sub` are not exactly those `manifest` lists (a RECORD's format: path from `root`,
+    sha256, size), or None: every file listed, of its size and sha256, and no other file. Links only in npm's
+    `.bin` folders (its scripts' entry points, which no worker runs); the manifest is the one `root` was made
+    with (harness.runners.node), so this says what changed since."""
+    try:
+        rows = list(csv.reader(manifest.read_text(encoding="utf-8").splitlines()))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        return f"{manifest.name} is unreadable ({exc})"
+    hashed = [(posixpath.normpath(r[0]), r[1][len("sha256="):], r[2]) for r in rows
+              if len(r) == 3 and r[1].startswith("sha256=")]
+    claimed = {name for name, _, _ in hashed}
+    if any(name.startswith(("../", "/")) or not name.startswith(sub + "/") for name in claimed):
+        return f"{manifest.name} names a file outside {sub}/"
+    for dirpath, dirnames, filenames in os.walk(root / sub):
+        here = Path(dirpath)
+        for name in [*dirnames, *filenames]:
+            full = here / name
+            rel = full.relative_to(root).as_posix()
+            if full.is_symlink():
+                if here.name != ".bin":
+                    return f"{rel} is a link the install did not make"
+                if name in dirnames:
+                    dirnames.remove(name)
+                continue
+            if name in filenames and rel not in claimed:
+                return f"{rel} is in no file the install made"
+    return _check_hashes(root, hashed, memo_path)
+
+
 def _dist_name(folder: str) -> str:
     return canonicalize_name(folder[: -len(".dist-info")].rsplit("-", 1)[0])
 

@@ -44,6 +44,7 @@ from harness.runners import Log, quiet
 from harness.session import probe_outcome
 from harness.triage.options import triage_store
 from harness.verdicts import bound_text, rows_summary
+from harness.vocabulary import binding_of
 
 PAIR = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*):([A-Za-z0-9_-]+)")
 DEFAULT_COSINE = 0.999
@@ -211,19 +212,21 @@ def compare_over(plans: list[Plan], store: RunStore, model: str, from_: str, to:
         r0 = rows.get(0)
         ref_side["releases"].append(
             {"release": v, "status": r0["status"], "nan_rows": r0["nan_rows"], "rows": r0["rows"],
-             "max_abs": r0["max_abs"], "commit": r0["commit"], "why": r0["reason"]} if r0 else
+             "max_abs": r0["max_abs"], "commit": r0["commit"], "why": r0["reason"], "bad_rows": _bad_rows(r0),
+             "outputs_sha256": r0.get("outputs_sha256")} if r0 else
             {"release": v, "status": None, "nan_rows": None, "rows": None, "max_abs": None, "commit": None,
-             "why": lacks(0, v) or "no other pair has it"})
+             "why": lacks(0, v) or "no other pair has it", "bad_rows": None, "outputs_sha256": None})
         for i, side in enumerate(sides, 1):
             row = rows.get(i)
             if row is not None:
                 cos = row["cosine_min_finite"] if row.get("cosine_min_finite") is not None else row.get("cosine_min")
                 entry = {"release": v, "cosine": cos, "max_abs_diff": row.get("abs_diff_max"),
-                         "diverges": row.get("diverges"), "why": row.get("why") or ""}
+                         "diverges": row.get("diverges"), "why": row.get("why") or "",
+                         "bad_rows": _bad_rows(row), "outputs_sha256": row.get("outputs_sha256")}
             else:
                 why = f"{lacks(0, v)} (the reference)" if lacks(0, v) else lacks(i, v)
                 entry = {"release": v, "cosine": None, "max_abs_diff": None, "diverges": None,
-                         "why": f"not compared: {why}"}
+                         "why": f"not compared: {why}", "bad_rows": None, "outputs_sha256": None}
             side["releases"].append(entry)
     total = sum(len(vs) for vs in wanted)
     doc = {"kind": COMPARE_KIND, "run_id": store.run_id, "model": model, "from": from_, "to": to,
@@ -231,9 +234,73 @@ def compare_over(plans: list[Plan], store: RunStore, model: str, from_: str, to:
            "change_threshold": CHANGE, "provenance": provenance, "probes": {"made": made, "reused": total - made},
            "seconds": round(time.perf_counter() - started, 3),
            "generated": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    doc["origins"] = origins(doc)
     doc["message"] = range_sentence(doc)
     store.save_document(COMPARE, doc)
     return doc
+
+
+def _outputs_digest(rec: dict) -> str | None:
+    """One sha256 of a probe's outputs (of each output's own, in order): equal when every output's bits are."""
+    import hashlib
+
+    outs = (rec.get("result") or {}).get("outputs")
+    if not isinstance(outs, list) or not outs:
+        return None
+    parts = [f"{o.get('name')}:{o.get('sha256')}" for o in outs if isinstance(o, dict)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def _bad_rows(row: dict) -> int | None:
+    """The rows a pair's probe made NaN, Inf or all zero (None where it did not run): what a change is counted in."""
+    counts = [row.get(k) for k in ("nan_rows", "inf_rows", "zero_rows")]
+    return None if row.get("status") != "ran" or any(c is None for c in counts) else sum(counts)
+
+
+def origins(doc: dict) -> list[dict]:
+    """Core or binding: for each pair of another binding than the reference's (harness.vocabulary.BINDINGS), each
+    release where the reference's outputs or the pair's change bits from the release compared before them. Both
+    changing at one release, the change is in what the two share: onnxruntime's core. One alone, it is in what
+    that one does not share with the other: its binding, or its build of the core (onnxruntime-web's is
+    WebAssembly, with kernels of its own). Pure."""
+    ref = doc["reference"]
+    found = []
+    for side in doc["pairs"]:
+        if binding_of(side.get("package") or "") == binding_of(ref.get("package") or ""):
+            continue
+        before = None
+        for mine, theirs in zip(ref["releases"], side["releases"]):
+            now = (mine.get("outputs_sha256"), theirs.get("outputs_sha256"))
+            if None in now or theirs["diverges"] is None:
+                continue
+            if before is not None and now != before[1]:
+                ref_moved, pair_moved = now[0] != before[1][0], now[1] != before[1][1]
+                found.append({"pair": side["label"], "release": mine["release"], "after": before[0],
+                              "reference_changes": ref_moved, "pair_changes": pair_moved,
+                              "in": "core" if ref_moved and pair_moved else "binding"})
+            before = (mine["release"], now)
+    return found
+
+
+def origin_sentence(doc: dict) -> str:
+    """The origins (`origins`) in words, a release at a time: where each change is, core or binding."""
+    ref = doc["reference"]["label"]
+    by_release: dict[str, list[dict]] = {}
+    for o in doc.get("origins") or []:
+        by_release.setdefault(o["release"], []).append(o)
+    parts = []
+    for v, found in by_release.items():
+        core = [o["pair"] for o in found if o["in"] == "core"]
+        if core:
+            parts.append(f"at {v} {', '.join([ref, *core[:-1]])} and {core[-1]} all change: in onnxruntime's core, "
+                         "which the bindings share" if len(core) > 1 else
+                         f"at {v} {ref} and {core[0]} both change: in onnxruntime's core, which the bindings share")
+        for o in found:
+            if o["in"] == "binding":
+                who, other = (o["pair"], ref) if o["pair_changes"] else (ref, o["pair"])
+                parts.append(f"at {v} {who} changes and {other} does not: in what {who} does not share with "
+                             f"{other} (its binding, or its build of the core)")
+    return ("Core or binding: " + "; ".join(parts) + ".") if parts else ""
 
 
 def _moved(before: dict, after: dict, scale: float | None) -> bool:
@@ -288,6 +355,9 @@ def range_sentence(doc: dict) -> str:
     if grouped:
         text += " Not compared: " + "; ".join(f"{', '.join(labels)} at {', '.join(vs)} ({why})"
                                               for (why, vs), labels in grouped.items()) + "."
+    origin = origin_sentence(doc)
+    if origin:
+        text += " " + origin
     text += (f" A change of max |diff| is named past {doc['change_threshold']:g} x the reference's max |x| "
              "(one to two fp16 ulps of its largest value: less is rounding, not another computation).")
     return text
@@ -303,6 +373,7 @@ def _row(package: Package, rec: dict, run_id: str) -> dict:
             "zero_rows": s["zero_rows"] if ran else None, "rows": s["rows"] if ran else None,
             "max_abs": s["max_abs"] if ran else None, "providers": rec.get("providers"),
             "commit": build["commit"], "branch": build["branch"], "run_id": run_id,
+            "outputs_sha256": _outputs_digest(rec) if ran else None,
             "provenance": rec.get("provenance"), "cosine_min": None, "cosine_min_finite": None, "abs_diff_max": None}
 
 
