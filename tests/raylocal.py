@@ -92,9 +92,9 @@ def records(results: Path) -> list[dict]:
 
 
 @contextlib.contextmanager
-def started_head(ray_env: dict, cpus: int):
-    """A head on loopback, started with no label of ours by `ray start` from this environment, as a user would;
-    its address, then every process under the scratch folder ended by PID."""
+def started_head(ray_env: dict, cpus: int, labels: str = ""):
+    """A head on loopback, started by `ray start` from this environment, as a user would (with `labels`,
+    `k=v,...`, else none of ours); its address, then every process under the scratch folder ended by PID."""
     port = free_port()
     ray_bin = Path(sys.executable).parent / "ray"
     log = Path(ray_env["RAY_TMPDIR"]) / "ray-start.log"
@@ -102,7 +102,7 @@ def started_head(ray_env: dict, cpus: int):
     with log.open("w") as said:
         proc = subprocess.run([str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port",
                                str(port), "--num-cpus", str(cpus), "--include-dashboard=false",
-                               "--disable-usage-stats"],
+                               "--disable-usage-stats", *(["--labels", labels] if labels else [])],
                               stdout=said, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=180)
     try:
         assert proc.returncode == 0, log.read_text()[-2000:]

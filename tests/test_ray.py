@@ -99,12 +99,17 @@ def test_a_bisection_on_the_cluster_finds_the_local_boundary(bisect, head):
     assert all("node" in r["provenance"] for r in raylocal.records(bisect.results_dir))
 
 
-def test_a_target_no_node_runs_is_refused_in_one_line_before_any_probe(bisect, head):
+@pytest.mark.parametrize("backend", ["auto", "qemu"])
+def test_a_target_no_node_runs_is_refused_in_one_line_before_any_probe(bisect, head, backend):
+    """An x86_64 head without labels: aarch64 probes run natively on no node, nor emulated where --backend qemu
+    asks (a node serves a foreign arch only when labelled with it)."""
     res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.21.1", "--offline",
-                 "--ray-address", head, "--arch", "aarch64", "--backend", "qemu")
+                 "--ray-address", head, "--arch", "aarch64", "--backend", backend)
     assert res.returncode == 2, res.stderr[-3000:]
     line, = res.stderr.strip().splitlines()
-    assert "no node of the cluster runs aarch64 probes" in line and "ortbisect/arch=aarch64" in line
+    how = "natively" if backend == "auto" else "under emulation"
+    assert f"no node of the cluster runs aarch64 probes {how}" in line and "ortbisect/arch=aarch64" in line
+    assert ("--backend qemu" in line) == (backend == "auto")  # the way to emulate, where it was not asked
     assert not bisect.results_dir.exists() or not list(bisect.results_dir.glob("*/probes.jsonl"))
 
 

@@ -203,10 +203,12 @@ def no_node_serves(nodes: list[Node], left_out: list[str], arch: str, emulated: 
         return f"{n.hostname} ({n.arch}{'' if n.machine == n.arch else ' on ' + n.machine}{other})"
 
     seen = ", ".join([*(said(n) for n in nodes), *left_out]) or "no node with a CPU"
+    from harness.runners import emulators
+
     how = " under emulation" if emulated else " natively"
     hint = f"; a node says which arch it runs with: ray start --labels {ARCH_LABEL}={arch}"
-    if not emulated and arch != platform.machine():
-        hint += f"; to emulate {arch} on nodes of another arch: --backend qemu"
+    if not emulated and emulators(arch):
+        hint += f"; to emulate {arch} on nodes of another arch: {emulators(arch)}"
     return f"no node of the cluster runs {arch} probes{how} (nodes: {seen}){hint}"
 
 
