@@ -22,6 +22,25 @@ import time
 
 import ray._private.node
 import ray._private.parameter
+import ray._private.services
+
+#: how long the node's raylet may take to register with the head: Ray allows 30 s, which an emulated aarch64
+#: node's agents (Python under QEMU user mode) miss on a loaded 2-core machine; a native node registers in 1-2 s
+REGISTER_WAIT_S = 300
+
+
+def _patient_get_node(get_node):
+    """Ray's own lookup of this node in the head's table, retried for REGISTER_WAIT_S before it gives up."""
+    def lookup(gcs_address, node_id):
+        deadline = time.monotonic() + REGISTER_WAIT_S
+        while True:
+            try:
+                return get_node(gcs_address, node_id)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    return lookup
 
 
 def main(argv: list[str]) -> int:
@@ -33,6 +52,7 @@ def main(argv: list[str]) -> int:
         object_store_memory=150 << 20, min_worker_port=0, max_worker_port=0, node_manager_port=0,
         runtime_env_dir_name=f"runtime_resources-{name}")
     params.dashboard_agent_listen_port = None  # any free port: the head's agent has the default one
+    ray._private.services.get_node = _patient_get_node(ray._private.services.get_node)
     node = ray._private.node.Node(params, head=False, shutdown_at_exit=True, spawn_reaper=True)
     try:
         print(json.dumps({"node_id": node.node_id, "seconds": round(time.perf_counter() - t0, 1)}), flush=True)

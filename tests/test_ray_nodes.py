@@ -291,6 +291,8 @@ def aarch64_node(cache_dir, ray_env, x86_head_labelled_aarch64):
            **{k: ray_env[k] for k in ("RAY_TMPDIR", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "RAY_USAGE_STATS_ENABLED")},
            # the rootfs's CPython is 3.11.2, this one 3.11.x: Ray asks for the same minor version
            "RAY_DEFAULT_PYTHON_VERSION_MATCH_LEVEL": "minor",
+           # an emulated node's agents and workers start in tens of seconds where native ones take one or two
+           "RAY_agent_register_timeout_ms": "300000", "RAY_worker_register_timeout_seconds": "300",
            "QEMU_CPU": "neoverse-n1",  # has fp16 arithmetic (asimdhp), as the QEMU backend's default
            "ORTBISECT_NODE_CACHE": "/cache/envs", "UV_CACHE_DIR": "/cache/uv"}
     script = _node_script(root, site, cache, ray_env["RAY_TMPDIR"], x86_head_labelled_aarch64, env)
