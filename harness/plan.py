@@ -57,7 +57,7 @@ def make_plan(spec: SearchSpec, command: list[str] | None = None, log: Log = qui
         raise UsageError(f"--bad-if {req.predicate.timed[0]} measures on this machine, two workers pinned to one "
                          f"CPU: leave out --ray-address")
     # the cluster is asked which of its nodes serve the target before anything is provisioned or probed
-    runner.executor = connect(spec.ray_address, runner, (pi.model.path, *pi.model.data_files), spec.backend)
+    runner.executor = connect(spec.ray_address, runner, (pi.model.path, *pi.model.data_files))
     runner.provision(log)
     store = open_store(spec, req, command)
     timeout = spec.timeout

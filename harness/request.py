@@ -295,8 +295,12 @@ def check(spec: SearchSpec, *, dump: tuple[str, ...] = (), nodes: tuple[str, ...
 
     package(spec.package, device)
     python_version(spec.python)
+    if spec.ray_address and spec.package.from_npm:
+        raise UsageError(f"--binding {spec.package.binding} runs its probes on this machine: a job ships the harness "
+                         f"and Python packages to Ray nodes, not Node.js or npm; leave out --ray-address")
+    # with --ray-address, the backend is the one the nodes of the target's arch use, not this machine's
     runner = make_runner(spec.backend, Target(canonical_arch(spec.arch), spec.python), spec.cache_dir, spec.cpu,
-                         spec.package, spec.engines)
+                         spec.package, spec.engines, on_nodes=bool(spec.ray_address))
     if spec.memory_limit_mb and not runner.supports_memory_limit:
         where = f"--binding {spec.package.binding}" if spec.package.from_npm else f"--backend {runner.backend}"
         raise UsageError(f"--memory-limit is not available with {where}")

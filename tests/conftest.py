@@ -86,13 +86,14 @@ def listing(cache_dir) -> Path:
 def cli(cache_dir: Path, results_dir: Path):
     """`bisect ...` as a user would run it: run and sweep write into `results_dir` unless told another."""
 
-    def run(*args: str, results: Path | None = None, timeout: float = 900, env: dict | None = None) -> Result:
+    def run(*args: str, results: Path | None = None, timeout: float = 900, env: dict | None = None,
+            cwd: Path | None = None) -> Result:
         argv = [sys.executable, "-m", "harness.cli", *args]
         if args and args[0] in ("run", "sweep", "versions"):
             argv += ["--cache-dir", str(cache_dir)]
         if args and args[0] in ("run", "sweep"):
             argv += ["--results-dir", str(results or results_dir)]
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, cwd=cwd,
                               env={**os.environ, "COLUMNS": "200", **(env or {})})
         return Result(proc.returncode, proc.stdout, proc.stderr)
 

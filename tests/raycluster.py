@@ -29,7 +29,10 @@ def main(argv: list[str]) -> int:
             name, _, rest = spec.partition("=")
             cpus, _, label = rest.partition(":")
             labels = {"ortbisect/arch": label} if label else {}
-            nodes[name] = cluster.add_node(num_cpus=int(cpus), node_ip_address="127.0.0.1", labels=labels)
+            # each node its own runtime environments, as on a machine of its own: nodes sharing the session's
+            # folder would set up the job's environment in one place at once
+            nodes[name] = cluster.add_node(num_cpus=int(cpus), node_ip_address="127.0.0.1", labels=labels,
+                                           runtime_env_dir_name=f"runtime_resources-{name}")
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, logging_level="ERROR", log_to_driver=False)
         addresses = [n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]]

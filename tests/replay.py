@@ -49,7 +49,7 @@ class ReplayRunner(Runner):
     backend = "replay"
 
     @classmethod
-    def archs(cls) -> tuple[str, ...]:
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
         return ("x86_64", "aarch64")
 
     def __init__(self, outcomes: dict[str, ProcessOutcome | str], target: Target | None = None, arrays=None,

@@ -142,6 +142,8 @@ def test_a_file_changed_in_a_prefix_is_rebuilt_never_judged(shared, tmp_path):
     (["--from", "1.19.2", "--to", "1.20.0", "--ep", "cuda"], "--ep cuda: onnxruntime-node runs cpu, not cuda"),
     (["--from", "1.19.2", "--to", "1.20.0", "--backend", "uv"],
      "--backend uv runs probes of --binding python, not --binding node"),
+    (["--from", "1.19.2", "--to", "1.20.0", "--ray-address", "127.0.0.1:1"],
+     "--binding node runs its probes on this machine: a job ships the harness and Python packages to Ray nodes"),
 ])
 def test_what_a_binding_cannot_do_is_refused_in_one_line(shared, argv, message):
     bisect, model, batch = shared

@@ -11,12 +11,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,93 +22,19 @@ import pytest
 
 ray = pytest.importorskip("ray", reason="Ray is not installed here (the extra: uv sync --extra ray)")
 
+import raylocal  # noqa: E402
+from raylocal import ray_env  # noqa: E402, F401  (a fixture)
+
 pytestmark = pytest.mark.release
 
 SWEPT = ["1.19.0", "1.19.2", "1.20.0", "1.20.1", "1.21.0", "1.21.1"]  # 1.19.0..1.21.1 with wheels for py3.11
 
 
 @pytest.fixture(scope="module")
-def ray_env(cache_dir):
-    """The variables every process of a test cluster and the driver run under; restored afterwards."""
-    scratch = tempfile.mkdtemp(prefix="ortray-")  # short: Ray's socket paths live under it
-    env = {"RAY_TMPDIR": scratch, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0",
-           "RAY_USAGE_STATS_ENABLED": "0", "ORTBISECT_NODE_CACHE": str(cache_dir)}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        yield env
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        _end_processes_under(scratch)
-        shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _pids_under(scratch: str) -> list[int]:
-    """The processes of the clusters started here: their command lines name this scratch folder."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if scratch.encode() in (entry / "cmdline").read_bytes():
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
-
-
-def _end_processes_under(scratch: str) -> None:
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in _pids_under(scratch):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.time() + 10
-        while _pids_under(scratch) and time.time() < deadline:
-            time.sleep(0.2)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _node_addresses(address: str) -> list[str]:
-    """Every live node's address, as the cluster's control store has it (asked from a process of its own: Ray's
-    client in the test process itself hung connecting under pytest)."""
-    ask = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
-           "print(json.dumps([n['NodeManagerAddress'] for n in ray.nodes() if n['Alive']]))" % address)
-    proc = subprocess.run([sys.executable, "-c", ask], capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _records(results: Path) -> list[dict]:
-    (run_dir,) = [p for p in results.iterdir() if (p / "probes.jsonl").exists()]
-    return [json.loads(line) for line in (run_dir / "probes.jsonl").read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
 def head(ray_env):
-    """One head on loopback, started with no label of ours by `ray start`, as a user would; stopped by PID."""
-    port = _free_port()
-    ray_bin = Path(sys.executable).parent / "ray"
-    log = Path(ray_env["RAY_TMPDIR"]) / "ray-start.log"
-    # into a file, not a pipe: the daemons `ray start` leaves behind would hold a pipe open for good
-    with log.open("w") as said:
-        proc = subprocess.run([str(ray_bin), "start", "--head", "--node-ip-address", "127.0.0.1", "--port",
-                               str(port), "--num-cpus", "2", "--include-dashboard=false", "--disable-usage-stats"],
-                              stdout=said, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, timeout=180)
-    try:
-        assert proc.returncode == 0, log.read_text()[-2000:]
-        yield f"127.0.0.1:{port}"
-    finally:
-        _end_processes_under(ray_env["RAY_TMPDIR"])
+    """One head on loopback (two CPUs), started by `ray start`, as a user would; stopped by PID."""
+    with raylocal.started_head(ray_env, cpus=2) as address:
+        yield address
 
 
 class LocalCluster:
@@ -142,7 +66,7 @@ def cluster(ray_env, head):
     """A head and two worker nodes from Ray's cluster utilities, all on 127.0.0.1: the head (one CPU, no label
     of ours: asked what it is), a worker labelled x86_64 and a worker labelled aarch64 (which no x86_64 probe
     may reach). After the `ray start` head's tests: one cluster at a time on two cores."""
-    _end_processes_under(ray_env["RAY_TMPDIR"])  # the `ray start` head is done with
+    raylocal.end_processes_under(ray_env["RAY_TMPDIR"])  # the `ray start` head is done with
     c = LocalCluster(1, "x86=1:x86_64", "arm=1:aarch64")
     try:
         yield c
@@ -151,11 +75,11 @@ def cluster(ray_env, head):
 
 
 def test_a_sweep_on_a_head_without_labels_lands_every_release_once(bisect, head):
-    assert set(_node_addresses(head)) == {"127.0.0.1"}
+    assert set(raylocal.node_addresses(head)) == {"127.0.0.1"}
     res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.21.1", "--offline",
                  "--ray-address", head, "--json")
     assert res.returncode == 0, res.stderr[-3000:]
-    recs = _records(bisect.results_dir)
+    recs = raylocal.records(bisect.results_dir)
     assert sorted(r["version"] for r in recs) == SWEPT  # each release once
     assert all(r["status"] == "ran" for r in recs), [(r["version"], r.get("reason")) for r in recs]
     nodes = {r["provenance"]["node"]["id"] for r in recs}
@@ -172,15 +96,20 @@ def test_a_bisection_on_the_cluster_finds_the_local_boundary(bisect, head):
     assert res.returncode == 0, res.stderr[-3000:]
     doc = res.json()
     assert (doc["last_good"], doc["first_bad"]) == ("1.19.2", "1.20.0")
-    assert all("node" in r["provenance"] for r in _records(bisect.results_dir))
+    assert all("node" in r["provenance"] for r in raylocal.records(bisect.results_dir))
 
 
-def test_a_target_no_node_runs_is_refused_in_one_line_before_any_probe(bisect, head):
+@pytest.mark.parametrize("backend", ["auto", "qemu"])
+def test_a_target_no_node_runs_is_refused_in_one_line_before_any_probe(bisect, head, backend):
+    """An x86_64 head without labels: aarch64 probes run natively on no node, nor emulated where --backend qemu
+    asks (a node serves a foreign arch only when labelled with it)."""
     res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.21.1", "--offline",
-                 "--ray-address", head, "--arch", "aarch64", "--backend", "qemu")
+                 "--ray-address", head, "--arch", "aarch64", "--backend", backend)
     assert res.returncode == 2, res.stderr[-3000:]
     line, = res.stderr.strip().splitlines()
-    assert "no node of the cluster runs aarch64 probes" in line and "ortbisect/arch=aarch64" in line
+    how = "natively" if backend == "auto" else "under emulation"
+    assert f"no node of the cluster runs aarch64 probes {how}" in line and "ortbisect/arch=aarch64" in line
+    assert ("--backend qemu" in line) == (backend == "auto")  # the way to emulate, where it was not asked
     assert not bisect.results_dir.exists() or not list(bisect.results_dir.glob("*/probes.jsonl"))
 
 
@@ -197,7 +126,7 @@ def _sweeping(bisect, address: str, *args: str):
     try:
         deadline = time.time() + 300
         while time.time() < deadline and proc.poll() is None:
-            if any(results.glob("*/probes.jsonl")) and _records(results):
+            if any(results.glob("*/probes.jsonl")) and raylocal.records(results):
                 break
             time.sleep(0.1)
         assert proc.poll() is None, "the sweep ended before its first record could be acted on"
@@ -214,7 +143,7 @@ def test_ctrl_c_cancels_the_tasks_in_flight_and_keeps_what_finished(bisect, head
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=120)
     assert proc.returncode == 130, err[-3000:]
-    recs = _records(results)
+    recs = raylocal.records(results)
     kept = [r["version"] for r in recs]
     assert 1 <= len(kept) < len(SWEPT) and len(set(kept)) == len(kept)
     assert all(r["status"] == "ran" for r in recs)  # a cancelled task is never a record
@@ -226,7 +155,7 @@ def test_a_sweep_over_labelled_nodes_goes_only_to_nodes_of_its_arch(bisect, clus
     res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.19.0", "--to", "1.21.1", "--offline",
                  "--ray-address", cluster.address, "-j", "2", "--json")
     assert res.returncode == 0, res.stderr[-3000:]
-    recs = _records(bisect.results_dir)
+    recs = raylocal.records(bisect.results_dir)
     assert sorted(r["version"] for r in recs) == SWEPT
     assert all(r["status"] == "ran" for r in recs), [(r["version"], r.get("reason")) for r in recs]
     ran_on = {r["provenance"]["node"]["id"] for r in recs}
@@ -241,7 +170,7 @@ def test_an_aarch64_sweep_runs_under_qemu_on_the_node_labelled_aarch64(bisect, c
     res = bisect("sweep", "--model", "gemma-tiny-fused", "--from", "1.23.2", "--to", "1.24.1", "--offline",
                  "--arch", "aarch64", "--backend", "qemu", "--ray-address", cluster.address, "-j", "2", "--json")
     assert res.returncode in (0, 3), res.stderr[-3000:]
-    recs = _records(bisect.results_dir)
+    recs = raylocal.records(bisect.results_dir)
     assert sorted(r["version"] for r in recs) == ["1.23.2", "1.24.1"]
     assert all(r["status"] == "ran" for r in recs), [(r["version"], r.get("reason")) for r in recs]
     assert {r["provenance"]["node"]["id"] for r in recs} == {cluster.nodes["arm"]}
@@ -259,7 +188,7 @@ def test_a_worker_killed_mid_sweep_loses_no_release(bisect, cluster, ray_env):
         out, err = proc.communicate(timeout=600)
     print(err)
     assert proc.returncode == 0, err[-3000:]
-    recs = _records(results)
+    recs = raylocal.records(results)
     assert sorted(r["version"] for r in recs) == SWEPT  # none lost, none twice
     assert all(r["status"] == "ran" for r in recs), [(r["version"], r.get("reason")) for r in recs]
     assert out.strip(), err[-3000:]

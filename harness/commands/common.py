@@ -172,7 +172,8 @@ arch_options = compose(
     click.option("--arch", default=platform.machine(), show_default=True,
                  help="CPU architecture of the probes; several as x86_64,aarch64 (one result each)."),
     click.option("--backend", default="auto", show_default=True,
-                 help="Where probes run: uv (native), qemu (aarch64 under QEMU user mode); auto picks."),
+                 help="Where probes run: uv (native), qemu (aarch64 under QEMU user mode); auto picks (with "
+                      "--ray-address: native, on the nodes of the target's arch)."),
     click.option("--cpu", default=None, help="CPU model to emulate with qemu (default neoverse-n1, which has fp16 arithmetic)."),
     click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
                  help="Python version of the probe environments."),

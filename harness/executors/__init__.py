@@ -52,16 +52,13 @@ def executor_of(runner) -> Executor:
     return getattr(runner, "executor", None) or LOCAL
 
 
-def connect(address: str | None, runner, model_files: tuple[Path, ...] = (), backend: str = "auto") -> Executor:
+def connect(address: str | None, runner, model_files: tuple[Path, ...] = ()) -> Executor:
     """The executor for `--ray-address ADDRESS` (None: local), checked against the runner's target before any
-    probe: a target no node can run is refused in one line. `model_files` are the model's files (the model,
-    then its external data), shipped with it; `backend` is the one asked for (emulation only where asked)."""
+    probe: a target no node can run is refused in one line. The runner is the one the nodes use (made with
+    `on_nodes`: native on nodes of the target's arch, emulated only where the backend asked for emulates);
+    `model_files` are the model's files (the model, then its external data), shipped with it."""
     if not address:
         return LOCAL
-    if runner.emulates(runner.target.arch) and backend != runner.backend:
-        raise UsageError(f"--arch {runner.target.arch}: on a cluster, probes are emulated only where --backend "
-                         f"{runner.backend} asks for it (native {runner.target.arch} nodes need a driver of that "
-                         f"arch)")
     try:
         import ray  # noqa: F401
     except ImportError:

@@ -5,7 +5,9 @@ QEMU where --backend qemu asks for emulation) and its own environment cache (`OR
 the XDG cache), and gives back the record (JSON text) and the outputs (.npz bytes) through the object
 store. The model, its data files, the batch and the margin model are put into the object store once per
 run; a node writes them into its cache under their sha256, checked on arrival. No shared filesystem is
-needed.
+needed, nor ortbisect on the nodes: the job's runtime environment ships the driver's harness and what its
+probes import (harness.executors.shipping), and a node serves only when the harness it imports has the
+driver's source digest.
 
 Placement: a node says which arch its probes are for with the Ray label `ortbisect/arch`
 (`ray start --labels ortbisect/arch=aarch64`). A node without it is asked once, by a tiny task pinned to
@@ -22,6 +24,7 @@ finished ones are on disk already.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import hashlib
 import io
@@ -40,6 +43,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import harness
 from harness.errors import HarnessError, UsageError
+from harness.executors.shipping import runtime_env, source_digest
 from harness.results.evidence import EvidenceError, ProbeRecord
 from harness.results.store import write_atomic
 from harness.vocabulary import default_cache_dir
@@ -48,7 +52,7 @@ ARCH_LABEL = "ortbisect/arch"
 NODE_ID_LABEL = "ray.io/node-id"
 NODE_CACHE_ENV = "ORTBISECT_NODE_CACHE"
 MAX_RETRIES = 3  # tries after the first for a task whose worker or node was lost
-SURVEY_TIMEOUT_S = 120.0
+SURVEY_TIMEOUT_S = 300.0  # a node's first task waits for its runtime environment (minutes, cold, emulated)
 MAX_OUTPUTS_BYTES = 2 << 30
 SHIPPED = "ray-inputs"  # the node cache's folder of shipped models and batches, by digest
 
@@ -65,6 +69,7 @@ class Node:
     cpu_model: str
     cpu_flags: str
     harness: str  # the ortbisect version its workers import
+    digest: str  # the source digest of the harness its workers import (shipping.source_digest)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,7 @@ def cpu_facts() -> dict:
 
 def _node_facts() -> dict:
     return {"node_id": ray.get_runtime_context().get_node_id(), "hostname": socket.gethostname(),
-            "machine": platform.machine(), "harness": harness.__version__, **cpu_facts()}
+            "machine": platform.machine(), "harness": harness.__version__, "digest": source_digest(), **cpu_facts()}
 
 
 _survey = ray.remote(_node_facts)
@@ -181,7 +186,31 @@ _probe_remote = ray.remote(_probe_task)
 
 
 def _line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[-1].strip()[:300]
+
+
+def serving_nodes(nodes: list[Node], arch: str, emulated: bool, digest: str) -> list[Node]:
+    """The nodes that run `arch` probes: of that arch (label, else machine), on a machine of that arch unless the
+    run emulates it, and importing the driver's own harness (its source digest)."""
+    return [n for n in nodes if n.arch == arch and (n.machine == arch or emulated) and n.digest == digest]
+
+
+def no_node_serves(nodes: list[Node], left_out: list[str], arch: str, emulated: bool) -> str:
+    """Why no node runs `arch` probes, in one line: every node as it answered, and those that did not."""
+    mine = source_digest()
+
+    def said(n: Node) -> str:
+        other = "" if n.digest == mine else f", another harness (ortbisect {n.harness}, sources {n.digest[:12]})"
+        return f"{n.hostname} ({n.arch}{'' if n.machine == n.arch else ' on ' + n.machine}{other})"
+
+    seen = ", ".join([*(said(n) for n in nodes), *left_out]) or "no node with a CPU"
+    from harness.runners import emulators
+
+    how = " under emulation" if emulated else " natively"
+    hint = f"; a node says which arch it runs with: ray start --labels {ARCH_LABEL}={arch}"
+    if not emulated and emulators(arch):
+        hint += f"; to emulate {arch} on nodes of another arch: {emulators(arch)}"
+    return f"no node of the cluster runs {arch} probes{how} (nodes: {seen}){hint}"
 
 
 class RayExecutor:
@@ -212,18 +241,12 @@ class RayExecutor:
         # Ray's uv hook would start every worker under `uv run` in the session's folder, a project without ray
         os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
         _init(address)
-        nodes = survey()
+        nodes, left_out = survey()
         arch = runner.target.arch
         emulated = runner.emulates(arch)
-        serving = [n for n in nodes if n.arch == arch and (n.machine == arch or emulated)
-                   and n.harness == harness.__version__]
+        serving = serving_nodes(nodes, arch, emulated, source_digest())
         if not serving:
-            seen = ", ".join(f"{n.hostname} ({n.arch}{'' if n.machine == n.arch else ' on ' + n.machine}"
-                             f"{'' if n.harness == harness.__version__ else ', ortbisect ' + n.harness})"
-                             for n in nodes) or "no node with a CPU"
-            hint = f"; a node says which arch it runs with: ray start --labels {ARCH_LABEL}={arch}"
-            raise UsageError(f"--ray-address {address}: no node of the cluster runs {arch} probes"
-                             f"{' under emulation' if emulated else ''} (nodes: {seen}){hint}")
+            raise UsageError(f"--ray-address {address}: {no_node_serves(nodes, left_out, arch, emulated)}")
         spec = RunnerSpec(runner.backend, runner.target, runner.cpu, runner.package)
         return cls(address, nodes, serving, spec, tuple(model_files))
 
@@ -348,11 +371,15 @@ def _init(address: str) -> None:
             return
         ray.shutdown()
     try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=True)
+        # the job's workers import the driver's harness and its probe path's packages, not the node's own
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False, configure_logging=True,
+                 runtime_env=runtime_env())
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise HarnessError(f"--ray-address {address}: no Ray cluster answers there: {_line(exc)}") from None
     _connected = address
     _cluster_errors_to_stderr()
+    # disconnected before the interpreter's own teardown: Ray's exit handler, left to itself, took 0.5 s more
+    atexit.register(ray.shutdown)
 
 
 def _cluster_errors_to_stderr() -> None:
@@ -371,26 +398,45 @@ def _cluster_errors_to_stderr() -> None:
     ray_worker.print_to_stdstream = to_stderr
 
 
-def survey() -> list[Node]:
-    """Every live node that can take a probe (a CPU), asked once by a task pinned to it; a node that does not
-    answer in time, or answers with what is not a node's facts, is left out."""
+def survey() -> tuple[list[Node], list[str]]:
+    """Every live node that can take a probe (a CPU), asked once by a task pinned to it, in the job's runtime
+    environment; and, one line each, the nodes left out: one that does not answer in time, cannot set up that
+    environment, or answers with what is not a node's facts."""
     alive = [n for n in ray.nodes() if n.get("Alive") and (n.get("Resources") or {}).get("CPU", 0) >= 1]
     refs = {_survey.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
             .remote(): n for n in alive}
-    ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=SURVEY_TIMEOUT_S) if refs else ([], [])
-    nodes = []
+    ready, late = ray.wait(list(refs), num_returns=len(refs), timeout=SURVEY_TIMEOUT_S) if refs else ([], [])
+    nodes, left_out = [], []
+
+    def leave_out(info: dict, why: str) -> None:
+        left_out.append(f"{_printable(str(info.get('NodeManagerAddress')))[:64]} ({why})")
+
+    for ref in late:
+        leave_out(refs[ref], f"no answer in {SURVEY_TIMEOUT_S:.0f} s")
+        ray.cancel(ref, force=True)
     for ref in ready:
         info = refs[ref]
         try:
             facts = ray.get(ref)
-        except ray.exceptions.RayError:
+        except ray.exceptions.RuntimeEnvSetupError as exc:
+            leave_out(info, f"cannot set up the job's runtime environment: {_printable(_line(exc))}")
+            continue
+        except ray.exceptions.RayError as exc:
+            leave_out(info, f"cannot answer: {_printable(_line(exc))}")
             continue
         if not (isinstance(facts, dict) and all(isinstance(facts.get(k), str) for k in
-                                                ("node_id", "hostname", "machine", "harness", "cpu_model",
-                                                 "cpu_flags"))):
+                                                ("node_id", "hostname", "machine", "harness", "digest",
+                                                 "cpu_model", "cpu_flags"))):
+            leave_out(info, "its answer is not a node's facts")
             continue
         label = (info.get("Labels") or {}).get(ARCH_LABEL)
-        nodes.append(Node(info["NodeID"], str(info.get("NodeManagerAddress")), facts["hostname"][:255],
-                          facts["machine"][:64], str(label or facts["machine"])[:64], facts["cpu_model"][:255],
-                          facts["cpu_flags"][:4096], facts["harness"][:64]))
-    return sorted(nodes, key=lambda n: n.node_id)
+        nodes.append(Node(info["NodeID"], str(info.get("NodeManagerAddress")), _printable(facts["hostname"])[:255],
+                          _printable(facts["machine"])[:64], _printable(str(label or facts["machine"]))[:64],
+                          facts["cpu_model"][:255], facts["cpu_flags"][:4096], _printable(facts["harness"])[:64],
+                          _printable(facts["digest"])[:64]))
+    return sorted(nodes, key=lambda n: n.node_id), sorted(left_out)
+
+
+def _printable(text: str) -> str:
+    """What another machine said, as one line of text (a control character shows as '?')."""
+    return "".join(c if c.isprintable() else "?" for c in text)

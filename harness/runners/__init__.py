@@ -51,24 +51,29 @@ def _spell_backends(names: list[str], spell: Callable[[str, str], str]) -> str:
 
 
 def check_target(backend: str, arch: str, cpu: str | None = None,
-                 spell: Callable[[str, str], str] = flag, binding: str = "python") -> str:
-    """The backend that runs `arch` probes of `binding`, on the emulated CPU model `cpu` if one is given.
+                 spell: Callable[[str, str], str] = flag, binding: str = "python", host: str | None = None) -> str:
+    """The backend that runs `arch` probes of `binding` on a machine of arch `host` (None: this one), on the
+    emulated CPU model `cpu` if one is given.
 
     The one place for "this backend does not serve that arch" and "--cpu is
     only for a backend that emulates": a UsageError blames only what the user
     typed, spelt by `spell(key, value)` (a flag by default; a matrix passes
     its own), never a backend that `auto` picked. Cheap: nothing is provisioned.
+    Probes that run on a cluster's nodes are chosen for the nodes of their own
+    arch (`host=arch`): `auto` is then the native backend, and emulation is
+    only where the backend named asks for it.
     """
     of_binding = {n: c for n, c in REGISTRY.items() if binding in c.bindings}
-    serving = [n for n, c in of_binding.items() if c.serves(arch)]
+    serving = [n for n, c in of_binding.items() if c.serves(arch, host)]
     words = "" if binding == "python" else f" of {spell('binding', binding)}"
+    where = "here" if host is None else "on the nodes"
     if backend == AUTO:
-        cls = next((c for c in of_binding.values() if c.auto and c.serves(arch)), None)
+        cls = next((c for c in of_binding.values() if c.auto and c.serves(arch, host)), None)
         if cls is None:
             if serving:
-                raise UsageError(f"{spell('arch', arch)}: {arch} probes need {_spell_backends(serving, spell)} here")
-            served = "; ".join(f"{n}: {', '.join(c.archs()) or 'none'}" for n, c in of_binding.items())
-            raise UsageError(f"{spell('arch', arch)}: no backend runs {arch} probes{words} here ({served})")
+                raise UsageError(f"{spell('arch', arch)}: {arch} probes need {_spell_backends(serving, spell)} {where}")
+            served = "; ".join(f"{n}: {', '.join(c.archs(host)) or 'none'}" for n, c in of_binding.items())
+            raise UsageError(f"{spell('arch', arch)}: no backend runs {arch} probes{words} {where} ({served})")
     else:
         cls = REGISTRY.get(backend)
         if cls is None:
@@ -77,26 +82,37 @@ def check_target(backend: str, arch: str, cpu: str | None = None,
             them = " or ".join(spell("binding", b) for b in cls.bindings)
             raise UsageError(f"{spell('backend', backend)} runs probes of {them}, not {spell('binding', binding)}"
                              + (f" (it runs on {_spell_backends(list(of_binding), spell)})" if of_binding else ""))
-        if not cls.serves(arch):
+        if not cls.serves(arch, host):
             hint = f"; for {arch} use {_spell_backends(serving, spell)}" if serving else ""
-            raise UsageError(f"{spell('backend', backend)} runs {', '.join(cls.archs())} probes, not {arch}{hint}")
+            raise UsageError(f"{spell('backend', backend)} runs {', '.join(cls.archs(host))} probes, not {arch}{hint}")
     if cpu:
         if not cls.emulates(arch):
             who = f"{spell('backend', backend)} runs {arch} probes" if backend != AUTO else f"{arch} probes run"
             emulators = [n for n in serving if REGISTRY[n].emulates(arch)]
             hint = f" (to emulate one: {_spell_backends(emulators, spell)})" if emulators else ""
-            raise UsageError(f"{spell('cpu', cpu)}: {who} on this host's own CPU, there is no CPU model to choose{hint}")
+            cpus = "this host's own CPU" if host is None else "the nodes' own CPUs"
+            raise UsageError(f"{spell('cpu', cpu)}: {who} on {cpus}, there is no CPU model to choose{hint}")
         problem = cls.cpu_problem(cpu)
         if problem:
             raise UsageError(f"{spell('cpu', cpu)}: {problem}")
     return cls.backend
 
 
+def emulators(arch: str) -> str:
+    """The backends that emulate `arch` on a machine of another arch, as flags ('' where none does)."""
+    return _spell_backends([n for n, c in REGISTRY.items() if c.emulates(arch)], flag)
+
+
 def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None = None,
-                package: Package | None = None, engines: tuple[str, ...] = ()) -> Runner:
+                package: Package | None = None, engines: tuple[str, ...] = (), on_nodes: bool = False) -> Runner:
     """A runner for `target` that installs `package` (default: onnxruntime) and runs probes on `engines` (addresses,
-    where the backend takes them), checked but not provisioned: call its `provision` before the first probe."""
-    name = check_target(backend, target.arch, cpu, binding=(package or Package()).binding)
+    where the backend takes them), checked but not provisioned: call its `provision` before the first probe.
+
+    `on_nodes`: its probes run on a cluster's nodes of the target's arch (harness.executors), so the backend is
+    the one those nodes use (check_target's `host`), and this runner is what the run's key and records say
+    of it; each node makes its own from the same backend."""
+    name = check_target(backend, target.arch, cpu, binding=(package or Package()).binding,
+                        host=target.arch if on_nodes else None)
     if len(engines) > 1:  # several machines are a cluster's work: one scheduler, with retries and placement
         raise UsageError(f"--docker-host {engines[1]}: probes run on one Docker engine; to spread them over "
                          f"several machines, make each a Ray node and give --ray-address (see README, On a cluster)")
@@ -128,6 +144,7 @@ def setups() -> dict[str, type[Runner]]:
 
 __all__ = [
     "AUTO", "BACKENDS", "PROVENANCE_KEYS", "REGISTRY", "Check", "Environment", "Log", "ProcessOutcome", "Runner",
-    "check_target", "describe", "doctor_checks", "engine_problem", "flag", "kill_live_workers", "make_runner",
+    "check_target", "describe", "doctor_checks", "emulators", "engine_problem", "flag", "kill_live_workers",
+    "make_runner",
     "native_arch", "quiet", "retire_early_workers", "reusing_workers", "setups",
 ]

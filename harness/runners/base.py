@@ -108,12 +108,12 @@ class Runner(ABC):
 
     @classmethod
     @abstractmethod
-    def archs(cls) -> tuple[str, ...]:
-        """The archs this backend runs probes for, on this host."""
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
+        """The archs this backend runs probes for on a machine of arch `host` (None: this one)."""
 
     @classmethod
-    def serves(cls, arch: str) -> bool:
-        return arch in cls.archs()
+    def serves(cls, arch: str, host: str | None = None) -> bool:
+        return arch in cls.archs(host)
 
     @classmethod
     def emulates(cls, arch: str) -> bool:

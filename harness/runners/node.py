@@ -136,8 +136,9 @@ class NodeRunner(Runner):
                                f"{MIN_NODE} or newer")
 
     @classmethod
-    def archs(cls) -> tuple[str, ...]:
-        return (native_arch(),) if native_arch() in ("x86_64", "aarch64") else ()
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
+        arch = host or native_arch()  # npm's prebuilt binaries are native: nothing is emulated
+        return (arch,) if arch in ("x86_64", "aarch64") else ()
 
     @classmethod
     def doctor(cls, cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:

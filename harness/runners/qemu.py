@@ -61,7 +61,7 @@ class QemuRunner(Runner):
         self.sysroot: Path | None = None
 
     @classmethod
-    def archs(cls) -> tuple[str, ...]:
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
         return (ARCH,)
 
     @classmethod

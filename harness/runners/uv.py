@@ -34,8 +34,8 @@ class UvRunner(Runner):
     auto = True
 
     @classmethod
-    def archs(cls) -> tuple[str, ...]:
-        return (native_arch(),)
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
+        return (host or native_arch(),)  # the machine's own: nothing is emulated
 
     @classmethod
     def doctor(cls, cache_dir: Path, engines: tuple[str, ...] = ()) -> list[Check]:

@@ -70,7 +70,7 @@ class DockerRunner(Runner):
         self.run_label = os.environ.get(RUN_LABEL_ENV) or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
     @classmethod
-    def archs(cls) -> tuple[str, ...]:
+    def archs(cls, host: str | None = None) -> tuple[str, ...]:
         return ARCHS
 
     @classmethod
