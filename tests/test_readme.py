@@ -16,6 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+GUIDE = ROOT / "docs" / "guide"
 
 
 def _commands(cmd: click.Command, ctx: click.Context, path: tuple[str, ...] = ()):
@@ -44,23 +45,25 @@ def test_every_option_of_help_is_in_the_readme():
     assert missing == [], "in --help, not in the README: " + ", ".join(missing)
 
 
-def test_the_readme_points_to_the_json_schemas():
+def test_the_guide_points_to_the_json_schemas():
+    text = (GUIDE / "own-model.md").read_text()
     for schema in (ROOT / "docs" / "schema").glob("*.json"):
-        assert f"docs/schema/{schema.name}" in README, schema.name
+        assert f"docs/schema/{schema.name}" in text, schema.name
 
 
-def _block_after(marker: str) -> list[str]:
-    """The lines of the README's first code block after `marker`."""
-    rest = README[README.index(marker):]
+def _block_after(marker: str, text: str = README) -> list[str]:
+    """The lines of the first code block after `marker` in `text` (default: the README)."""
+    rest = text[text.index(marker):]
     return rest.split("```\n", 2)[1].splitlines()
 
 
 def test_the_slowdown_example_makes_its_model_and_a_batch_of_the_model_s_real_input(tmp_path):
-    """The README's two `python -c` lines, run as written: the onnx package's model, and image.npz holding exactly
+    """The slowdown page's two `python -c` lines, run as written: the onnx package's model, and image.npz holding exactly
     the inputs the model needs fed (data_0: the rest of what it lists as inputs are initializers)."""
     import onnx
 
-    lines = [x for x in _block_after("## Slowdowns and memory growth") if x.startswith("uv run python -c ")]
+    page = (GUIDE / "slowdowns.md").read_text()
+    lines = [x for x in _block_after("# Slowdowns and memory growth", page) if x.startswith("uv run python -c ")]
     assert len(lines) == 2, lines
     for line in lines:
         argv = shlex.split(line)[3:]  # after `uv run python`
@@ -91,7 +94,8 @@ def test_the_first_command_s_lines_run_id_and_the_trace_figures_are_what_they_pr
     t = bisect("trace", "--model", "gemma-tiny-fused", "--version", "1.20.0", "--cache-dir", str(bisect.cache_dir),
                "--results-dir", str(bisect.results_dir))
     assert t.returncode in (0, 3), t.stderr
-    quoted = [x for x in _block_after("and separately the first one seen only by the observer") if x]
+    quoted = [x for x in _block_after("and separately the first one seen only by the observer",
+                                      (GUIDE / "explain-reduce-blame.md").read_text()) if x]
     assert any("fp16 tensors past 50 %" in x for x in quoted)
     printed = t.stdout.splitlines()
     assert [x for x in quoted if x not in printed] == [], t.stdout
