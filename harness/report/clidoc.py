@@ -8,6 +8,9 @@ hands the root group; tests/test_docs.py holds docs/cli.md equal to the page and
 The page is the same on every machine: no terminal width is read (click's own text is taken before its
 formatter wraps it), and a default that is this machine's own (its arch, the running Python's version, a path
 under the home directory) is written as what it stands for (`Machine`).
+
+The page also states the convention of the examples in the README and the guide (PLACEHOLDERS,
+`is_placeholder`): tests/test_docs.py parses each example command with click against these commands.
 """
 
 from __future__ import annotations
@@ -23,6 +26,25 @@ import click
 from harness.report.escape import md_code, md_prose
 
 REGENERATE = "uv run python tests/test_docs.py"
+
+PLACEHOLDERS = (
+    "In the example commands of the README and the guide, a value holding a word written in capitals (`M`, "
+    "`RUN`, `MODEL`, `HEAD:6379`, `RAY_VERSION`, `FILE.npz`) or text in angle brackets (`<run id>`) is a "
+    "placeholder: put your own value there. `tests/test_docs.py` parses every example with these commands' own "
+    "parser: an unknown command or option, a missing value, a bad choice or a bad number fails. A placeholder is "
+    "not checked against its option's type or choices; the command, its option names and how many values each "
+    "takes still are, and a command without placeholders is parsed in full.")
+
+# a word: letters, digits, '_' and '-' (ORT-Nightly is one word, and not in capitals)
+_WORD = re.compile(r"[A-Za-z0-9_-]+")
+_ANGLED = re.compile(r"<[^<>]+>")
+
+
+def is_placeholder(value: str) -> bool:
+    """Whether an example's value is one the reader replaces (PLACEHOLDERS)."""
+    return bool(_ANGLED.search(value)) or any(re.search("[A-Z]", w) and not re.search("[a-z]", w)
+                                              for w in _WORD.findall(value))
+
 
 @dataclass(frozen=True)
 class Machine:
@@ -160,7 +182,8 @@ def reference(root: click.Group, name: str = "bisect", machine: Machine | None =
              "", "# Command-line reference", "",
              f"Every command of {md_code(name)}, in the order {md_code(name + ' --help')} lists them: what it does, "
              f"its usage, its arguments and its options, as {md_code(name + ' COMMAND --help')} says them. Made "
-             "from the commands themselves; `tests/test_docs.py` fails when this page and they differ.", ""]
+             "from the commands themselves; `tests/test_docs.py` fails when this page and they differ.", "",
+             PLACEHOLDERS, ""]
     for path, cmd, ctx in commands(root, name):
         lines += _section(path, cmd, ctx, machine)
     return "\n".join(lines).rstrip("\n") + "\n"
