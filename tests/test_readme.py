@@ -81,3 +81,10 @@ def test_ci_runs_the_readme_s_test_command():
                 or "# the tests " in ln]
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert tests in ci, (tests, [ln for ln in ci if "pytest" in ln])
+
+
+def test_the_readme_stays_a_two_minute_read_and_links_every_page_of_the_guide():
+    """The manual is the guide's; the README keeps the two commands, a short tour and a link to each page."""
+    assert len(README) < 12_000, len(README)
+    pages = sorted(p.name for p in GUIDE.glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 8 and [p for p in pages if f"(docs/guide/{p})" not in README] == []
