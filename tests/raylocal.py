@@ -109,3 +109,21 @@ def started_head(ray_env: dict, cpus: int, labels: str = ""):
         yield f"127.0.0.1:{port}"
     finally:
         end_processes_under(ray_env["RAY_TMPDIR"])
+
+
+@contextlib.contextmanager
+def joined_node(argv: list[str], what: str, wait_s: float, **popen):
+    """A node run by tests/raynode.py (`argv` starts it), joined to a head: what it said when it started ({"node_id",
+    "seconds"}); at the end its input is closed, and it is given `wait_s` to end its processes before it is killed."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, **popen)
+    try:
+        said = json.loads(proc.stdout.readline() or "null")
+        assert said, f"the {what} did not start"
+        yield said
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -17,4 +17,5 @@ def test_a_second_docker_host_is_refused_in_one_line_pointing_to_ray(bisect, tmp
     assert r.returncode == 2, r.stderr
     line, = r.stderr.strip().splitlines()
     assert "--docker-host tcp://127.0.0.1:10=2" in line and "one Docker engine" in line and "--ray-address" in line
+    assert line.endswith("(see docs/guide/cluster.md)"), line
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").glob("*/probes.jsonl"))

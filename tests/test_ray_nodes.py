@@ -109,19 +109,9 @@ def bare_node(cache_dir, cpuless_head, tmp_path_factory):
     """A node of two CPUs from the bare environment, joined to the head: (its Python, its node id). It runs in a
     folder of its own: in the checkout, its Python would find the harness there."""
     python = bare_python(cache_dir)
-    proc = subprocess.Popen([str(python), str(RAYNODE), cpuless_head, "bare", "2"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, cwd=tmp_path_factory.mktemp("bare-node"))
-    try:
-        said = json.loads(proc.stdout.readline() or "null")
-        assert said, "the bare node did not start"
+    with raylocal.joined_node([str(python), str(RAYNODE), cpuless_head, "bare", "2"], "bare node", 60,
+                              cwd=tmp_path_factory.mktemp("bare-node")) as said:
         yield python, said["node_id"]
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.release
@@ -296,19 +286,9 @@ def aarch64_node(cache_dir, ray_env, x86_head_labelled_aarch64):
            "QEMU_CPU": "neoverse-n1",  # has fp16 arithmetic (asimdhp), as the QEMU backend's default
            "ORTBISECT_NODE_CACHE": "/cache/envs", "UV_CACHE_DIR": "/cache/uv"}
     script = _node_script(root, site, cache, ray_env["RAY_TMPDIR"], x86_head_labelled_aarch64, env)
-    proc = subprocess.Popen(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    try:
-        said = json.loads(proc.stdout.readline() or "null")
-        assert said, "the aarch64 node did not start"
+    with raylocal.joined_node(["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script],
+                              "aarch64 node", 120) as said:
         yield said["node_id"]
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.mark.release

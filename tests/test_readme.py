@@ -1,5 +1,5 @@
-"""The README against the commands: every option of `--help` is in it, and its figures and examples are what the
-commands print and take."""
+"""The README and the guide against the commands: their figures and examples are what the commands print and take (every option
+is in docs/cli.md, every example command parses: tests/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -10,57 +10,33 @@ import subprocess
 import sys
 from pathlib import Path
 
-import click
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
+GUIDE = ROOT / "docs" / "guide"
 
 
-def _commands(cmd: click.Command, ctx: click.Context, path: tuple[str, ...] = ()):
-    if isinstance(cmd, click.Group):
-        for name in cmd.list_commands(ctx):
-            yield from _commands(cmd.get_command(ctx, name), ctx, (*path, name))
-    else:
-        yield path, cmd
-
-
-def _mentioned(flag: str) -> bool:
-    return re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", README) is not None
-
-
-def test_every_option_of_help_is_in_the_readme():
-    """An option in `bisect COMMAND --help` that the README never names (by any of its flags: -j or --jobs,
-    --prefetch or --no-prefetch) is an option nobody finds."""
-    from harness.cli import cli
-
-    ctx = click.Context(cli)
-    missing = [f"bisect {' '.join(path)} {'/'.join(p.opts + p.secondary_opts)}"
-               for path, cmd in _commands(cli, ctx) for p in cmd.params
-               if isinstance(p, click.Option) and not any(_mentioned(f) for f in p.opts + p.secondary_opts)
-               and "--help" not in p.opts]
-    assert len(list(_commands(cli, ctx))) > 20  # the walk reaches the commands of groups (matrix run, setup qemu)
-    assert missing == [], "in --help, not in the README: " + ", ".join(missing)
-
-
-def test_the_readme_points_to_the_json_schemas():
+def test_the_guide_points_to_the_json_schemas():
+    text = (GUIDE / "own-model.md").read_text()
     for schema in (ROOT / "docs" / "schema").glob("*.json"):
-        assert f"docs/schema/{schema.name}" in README, schema.name
+        assert f"docs/schema/{schema.name}" in text, schema.name
 
 
-def _block_after(marker: str) -> list[str]:
-    """The lines of the README's first code block after `marker`."""
-    rest = README[README.index(marker):]
+def _block_after(marker: str, text: str = README) -> list[str]:
+    """The lines of the first code block after `marker` in `text` (default: the README)."""
+    rest = text[text.index(marker):]
     return rest.split("```\n", 2)[1].splitlines()
 
 
 def test_the_slowdown_example_makes_its_model_and_a_batch_of_the_model_s_real_input(tmp_path):
-    """The README's two `python -c` lines, run as written: the onnx package's model, and image.npz holding exactly
+    """The slowdown page's two `python -c` lines, run as written: the onnx package's model, and image.npz holding exactly
     the inputs the model needs fed (data_0: the rest of what it lists as inputs are initializers)."""
     import onnx
 
-    lines = [x for x in _block_after("## Slowdowns and memory growth") if x.startswith("uv run python -c ")]
+    page = (GUIDE / "slowdowns.md").read_text()
+    lines = [x for x in _block_after("# Slowdowns and memory growth", page) if x.startswith("uv run python -c ")]
     assert len(lines) == 2, lines
     for line in lines:
         argv = shlex.split(line)[3:]  # after `uv run python`
@@ -91,7 +67,8 @@ def test_the_first_command_s_lines_run_id_and_the_trace_figures_are_what_they_pr
     t = bisect("trace", "--model", "gemma-tiny-fused", "--version", "1.20.0", "--cache-dir", str(bisect.cache_dir),
                "--results-dir", str(bisect.results_dir))
     assert t.returncode in (0, 3), t.stderr
-    quoted = [x for x in _block_after("and separately the first one seen only by the observer") if x]
+    quoted = [x for x in _block_after("and separately the first one seen only by the observer",
+                                      (GUIDE / "explain-reduce-blame.md").read_text()) if x]
     assert any("fp16 tensors past 50 %" in x for x in quoted)
     printed = t.stdout.splitlines()
     assert [x for x in quoted if x not in printed] == [], t.stdout
@@ -104,3 +81,10 @@ def test_ci_runs_the_readme_s_test_command():
                 or "# the tests " in ln]
     ci = [ln.strip() for ln in (ROOT / ".ci" / "run").read_text().splitlines()]
     assert tests in ci, (tests, [ln for ln in ci if "pytest" in ln])
+
+
+def test_the_readme_stays_a_two_minute_read_and_links_every_page_of_the_guide():
+    """The manual is the guide's; the README keeps the two commands, a short tour and a link to each page."""
+    assert len(README) < 12_000, len(README)
+    pages = sorted(p.name for p in GUIDE.glob("*.md") if p.name != "README.md")
+    assert len(pages) >= 8 and [p for p in pages if f"(docs/guide/{p})" not in README] == []

@@ -15,8 +15,9 @@ from harness.vocabulary import DEFAULT_RESULTS_DIR
 @click.command("dashboard")
 @click.argument("results", type=click.Path(path_type=Path), default=DEFAULT_RESULTS_DIR)
 @click.option("-o", "--out", "out_dir", type=click.Path(path_type=Path), default=Path("site"), show_default=True,
-              callback=directory_option)
-@click.option("--title", default="ortbisect dashboard", show_default=True)
+              callback=directory_option, metavar="SITE",
+              help="The directory of the page: index.html, dashboard.json, changes.json and the runs' raw JSON.")
+@click.option("--title", default="ortbisect dashboard", show_default=True, help="The page's title and heading.")
 @click.option("--margin-threshold", type=click.FloatRange(min=0, min_open=True), default=0.9, show_default=True,
               help="Mark a row close to the fp16 ceiling when a good release's internal margin reaches this fraction of 65504.")
 def command(results, out_dir, title, margin_threshold):

@@ -11,7 +11,8 @@ from harness.commands.common import engines_option, out, print_json, store_optio
 @click.command("doctor")
 @store_options
 @engines_option
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the checks as one JSON array, one object per check, instead of lines.")
 def command(cache_dir, offline, engines, as_json):
     """What backends work on this host (and on the engines named), and how to fix what does not."""
     from harness.runners.doctor import checks

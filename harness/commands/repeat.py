@@ -24,7 +24,7 @@ from harness.commands.common import (
 @click.command("repeat")
 @model_options
 @reduced_option
-@click.option("--version", "version", required=True, metavar="VERSION")
+@click.option("--version", "version", required=True, metavar="VERSION", help="The release to probe N times.")
 @click.option("-n", "n", type=click.IntRange(min=2), default=5, show_default=True, help="Identical probes (fresh processes).")
 @target_options
 @store_options

@@ -26,7 +26,8 @@ from harness.results.store import MANIFEST
 @results_dir_option
 @store_options
 @question_options
-@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True)
+@click.option("--format", "fmt", type=click.Choice(["markdown", "json"]), default="markdown", show_default=True,
+              help="The report as Markdown to paste upstream, or as one JSON object.")
 @click.option("--no-probe", is_flag=True, help="Do not probe the newest release, nor trace to explain.")
 @click.option("--embed-limit", type=click.IntRange(min=0), default=64 << 10, show_default=True,
               help="Embed the model in the repro script when it is at most this many bytes.")

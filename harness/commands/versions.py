@@ -21,8 +21,10 @@ from harness.commands.common import (
 @click.command("versions")
 @click.option("--from", "from_", default=None, metavar="VERSION", help="First build of the range (default: the oldest).")
 @click.option("--to", "to", default=None, metavar="VERSION", help="Last build of the range (default: the newest).")
-@click.option("--arch", default=platform.machine(), show_default=True)
-@click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True)
+@click.option("--arch", default=platform.machine(), show_default=True,
+              help="CPU architecture of the target whose wheels are looked for.")
+@click.option("--python", "python", default=f"{sys.version_info.major}.{sys.version_info.minor}", show_default=True,
+              help="Python version of the target whose wheels are looked for.")
 @package_options
 @click.option("--commits", is_flag=True,
               help="Install each build with a wheel for the target (in the cache) to read its commit; without it, "

@@ -115,7 +115,7 @@ def make_runner(backend: str, target: Target, cache_dir: Path, cpu: str | None =
                         host=target.arch if on_nodes else None)
     if len(engines) > 1:  # several machines are a cluster's work: one scheduler, with retries and placement
         raise UsageError(f"--docker-host {engines[1]}: probes run on one Docker engine; to spread them over "
-                         f"several machines, make each a Ray node and give --ray-address (see README, On a cluster)")
+                         f"several machines, make each a Ray node and give --ray-address (see docs/guide/cluster.md)")
     if engines and not REGISTRY[name].takes_engines:
         takers = [n for n, c in REGISTRY.items() if c.takes_engines]
         raise UsageError(f"--docker-host {engines[0]}: engines run probes with {_spell_backends(takers, flag)} only"
