@@ -64,18 +64,15 @@ def verify_site(site: Path, dist: str, version: str, memo_path: Path | None = No
     hashed: list[tuple[str, str, str]] = []
     for record in sorted(site.glob("*.dist-info/RECORD")):
         try:
-            rows = list(csv.reader(record.read_text(encoding="utf-8").splitlines()))
+            rows = _record_rows(record)
         except (OSError, UnicodeDecodeError, csv.Error) as exc:
             return f"{record.relative_to(site)} is unreadable ({exc})"
-        for row in rows:
-            if len(row) != 3:
-                continue
-            name = posixpath.normpath(row[0])
+        for name, sha256, size in rows:
             if name.startswith(("../", "/")):
                 continue  # installed outside site-packages (scripts): never on sys.path
             claimed.add(name)
-            if row[1].startswith("sha256="):
-                hashed.append((name, row[1][len("sha256="):], row[2]))
+            if sha256 is not None:
+                hashed.append((name, sha256, size))
     unclaimed = _unclaimed(site, claimed)
     if unclaimed:
         return f"{unclaimed} is on its sys.path but in no installed wheel's RECORD"
@@ -118,10 +115,10 @@ def _recorded(site: Path, dist: str) -> set[str]:
         if _dist_name(info.name) != canonicalize_name(dist):
             continue
         try:
-            rows = list(csv.reader((info / "RECORD").read_text(encoding="utf-8").splitlines()))
+            rows = _record_rows(info / "RECORD")
         except (OSError, UnicodeDecodeError, csv.Error):
             continue
-        files.update(posixpath.normpath(r[0]) for r in rows if len(r) == 3 and r[1].startswith("sha256="))
+        files.update(name for name, sha256, _ in rows if sha256 is not None)
     return files
 
 
@@ -131,11 +128,9 @@ def verify_tree(root: Path, sub: str, manifest: Path, memo_path: Path | None = N
     `.bin` folders (its scripts' entry points, which no worker runs); the manifest is the one `root` was made
     with (harness.runners.node), so this says what changed since."""
     try:
-        rows = list(csv.reader(manifest.read_text(encoding="utf-8").splitlines()))
+        hashed = [row for row in _record_rows(manifest) if row[1] is not None]
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         return f"{manifest.name} is unreadable ({exc})"
-    hashed = [(posixpath.normpath(r[0]), r[1][len("sha256="):], r[2]) for r in rows
-              if len(r) == 3 and r[1].startswith("sha256=")]
     claimed = {name for name, _, _ in hashed}
     if any(name.startswith(("../", "/")) or not name.startswith(sub + "/") for name in claimed):
         return f"{manifest.name} names a file outside {sub}/"
@@ -153,6 +148,14 @@ def verify_tree(root: Path, sub: str, manifest: Path, memo_path: Path | None = N
             if name in filenames and rel not in claimed:
                 return f"{rel} is in no file the install made"
     return _check_hashes(root, hashed, memo_path)
+
+
+def _record_rows(path: Path) -> list[tuple[str, str | None, str]]:
+    """The rows of a file in a wheel RECORD's format: (path, normalised; its sha256, None where the row gives none;
+    its size). Rows of another length are left out. Raises what reading or parsing it raises."""
+    rows = csv.reader(path.read_text(encoding="utf-8").splitlines())
+    return [(posixpath.normpath(r[0]), r[1][len("sha256="):] if r[1].startswith("sha256=") else None, r[2])
+            for r in rows if len(r) == 3]
 
 
 def _dist_name(folder: str) -> str:
