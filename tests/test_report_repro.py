@@ -409,17 +409,15 @@ def test_a_model_with_external_data_names_every_file_and_travels_whole_or_is_nam
 
 
 @pytest.mark.release
-def test_a_report_reduces_a_cheap_run_first_and_says_so_and_never_unasked_when_told_not_to(bisect, tmp_path):
+def test_a_report_reduces_a_cheap_run_first_and_says_so_and_never_unasked_when_told_not_to(bisect, residual_norm,
+                                                                                             tmp_path):
     """A report of a run with a boundary and no reduction once said 'python repro.py --full model.onnx', a file the
     maintainer has not got. The report reduces first when the pair's probes say it is cheap, saying so on stderr;
     --no-reduce, and --no-probe, make none (and say how to); --reduce makes one under --no-probe too."""
-    d = tmp_path / "model"
-    d.mkdir()
-    model = builders.save(builders.residual_norm_model(), d / "model.onnx")
-    np.savez(d / "batch.npz", **builders.residual_norm_inputs())
+    model, batch = residual_norm
     results = tmp_path / "results"
-    r = bisect("run", "--model", str(model), "--inputs", str(d / "batch.npz"), "--from", "1.19.2", "--to", "1.20.0",
-               "--json", results=results)
+    r = bisect("run", "--model", str(model), "--inputs", str(batch), "--from", "1.19.2", "--to", "1.20.0", "--json",
+               results=results)
     assert r.returncode == 0, r.stderr
     run_id, run_dir = r.json()["run_id"], results / r.json()["run_id"]
     report = ("report", run_id, "--results-dir", str(results), "--cache-dir", str(bisect.cache_dir), "--format", "json")
