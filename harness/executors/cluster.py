@@ -376,10 +376,11 @@ def _init(address: str) -> None:
                  runtime_env=runtime_env())
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise HarnessError(f"--ray-address {address}: no Ray cluster answers there: {_line(exc)}") from None
+    if _connected is None:
+        # disconnected before the interpreter's own teardown: Ray's exit handler, left to itself, took 0.5 s more
+        atexit.register(ray.shutdown)
     _connected = address
     _cluster_errors_to_stderr()
-    # disconnected before the interpreter's own teardown: Ray's exit handler, left to itself, took 0.5 s more
-    atexit.register(ray.shutdown)
 
 
 def _cluster_errors_to_stderr() -> None:
