@@ -35,7 +35,7 @@ from harness.releases.npm import NPM_TIMEOUT_S, first_line, installable_archive,
 from harness.releases.versions import Release
 from harness.runners.base import Check, Environment, Runner, forget_build, locked_build, native_arch
 from harness.runners.provision import Log, quiet
-from harness.runners.verify import MEMO, verify_tree
+from harness.runners.verify import MEMO, record_tree, verify_tree
 from harness.runners.workers import ProcessOutcome, run_worker_process
 
 WORKER_JS = Path(__file__).resolve().parent.parent / "worker.js"
@@ -95,28 +95,6 @@ def build_info_of(files: list[Path]) -> str:
                     [f"git-commit-id={commit.group(1).decode()}"]
             return ", ".join(parts)
     return ""
-
-
-def write_manifest(prefix: Path) -> None:
-    """Every file under `prefix/node_modules` with its sha256 and size, as a RECORD lists a wheel's files."""
-    import base64
-    import csv
-    import hashlib
-    import io
-
-    rows = []
-    for dirpath, dirnames, filenames in os.walk(prefix / "node_modules"):
-        dirnames.sort()
-        for f in sorted(filenames):
-            path = Path(dirpath) / f
-            if path.is_symlink():
-                continue  # npm's .bin links: never loaded by the worker
-            with open(path, "rb") as fh:
-                digest = base64.urlsafe_b64encode(hashlib.file_digest(fh, "sha256").digest()).rstrip(b"=").decode()
-            rows.append([path.relative_to(prefix).as_posix(), f"sha256={digest}", str(path.stat().st_size)])
-    out = io.StringIO()
-    csv.writer(out, lineterminator="\n").writerows(rows)
-    (prefix / MANIFEST).write_text(out.getvalue())
 
 
 class NodeRunner(Runner):
@@ -189,7 +167,7 @@ class NodeRunner(Runner):
             lock = locked(path, pkg)
             if lock is None or lock.get("version") != spelled:
                 raise EnvironmentSkip(f"npm installed {pkg} {(lock or {}).get('version', '(none)')}, not {spelled}")
-            write_manifest(path)
+            record_tree(path, "node_modules", path / MANIFEST)
             return {"package": pkg, "npm_version": spelled, "integrity": lock.get("integrity"),
                     "build_info": build_info_of(binaries(path, pkg, self.target.arch))}
 

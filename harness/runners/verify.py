@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import io
 import json
 import os
 import posixpath
@@ -120,6 +121,25 @@ def _recorded(site: Path, dist: str) -> set[str]:
             continue
         files.update(name for name, sha256, _ in rows if sha256 is not None)
     return files
+
+
+def record_tree(root: Path, sub: str, manifest: Path) -> None:
+    """Write into `manifest` every file under `root/sub` with its sha256 and size, in a wheel RECORD's format
+    (path from `root`), for `verify_tree` to check against later. Links are left out (npm's `.bin` entry points,
+    which no worker runs)."""
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root / sub):
+        dirnames.sort()
+        for f in sorted(filenames):
+            path = Path(dirpath) / f
+            if path.is_symlink():
+                continue
+            with open(path, "rb") as fh:
+                digest = base64.urlsafe_b64encode(hashlib.file_digest(fh, "sha256").digest()).rstrip(b"=").decode()
+            rows.append([path.relative_to(root).as_posix(), f"sha256={digest}", str(path.stat().st_size)])
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    manifest.write_text(out.getvalue())
 
 
 def verify_tree(root: Path, sub: str, manifest: Path, memo_path: Path | None = None) -> str | None:
